@@ -1,0 +1,176 @@
+package queue
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// OpType is what an operation does to its entity on the server.
+type OpType string
+
+// The operation types.
+const (
+	OpCreate OpType = "create"
+	OpUpdate OpType = "update"
+	OpDelete OpType = "delete"
+)
+
+// SyncState is an entity's sync state as apps see it.
+type SyncState string
+
+// The entity sync states.
+const (
+	// SyncPending: the entity has operations that have not reached the
+	// server yet.
+	SyncPending SyncState = "pending"
+	// SyncSynced: every operation of the entity reached the server.
+	SyncSynced SyncState = "synced"
+	// SyncFailed: an operation of the entity failed permanently and needs
+	// the user (retry or discard). SyncError says why.
+	SyncFailed SyncState = "failed"
+)
+
+// Entity is one record of an app, as stored locally.
+type Entity struct {
+	AccountID string          `json:"accountId"`
+	Type      string          `json:"type"`
+	ID        string          `json:"id"` // local id, chosen by the app or generated
+	Data      json.RawMessage `json:"data"`
+	// Deleted is true once the app deleted the entity locally and the
+	// delete has not reached the server yet. Deleted entities are not
+	// returned by reads; they disappear when the delete is done.
+	Deleted   bool      `json:"deleted,omitempty"`
+	SyncState SyncState `json:"syncState"`
+	ServerID  string    `json:"serverId,omitempty"`
+	SyncError string    `json:"syncError,omitempty"`
+	// Version counts the local writes to this entity, starting at 1. It is
+	// the payload version of the operation that made it.
+	Version   int64     `json:"version"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	// LastOperationID is the operation made by the latest write.
+	LastOperationID string `json:"lastOperationId"`
+}
+
+// Operation is one user intent waiting to reach (or having reached) the
+// server. Its ID is fixed when the intent is made and is the
+// Idempotency-Key of every attempt.
+type Operation struct {
+	ID                 string          `json:"id"`
+	Seq                uint64          `json:"seq"` // monotonic, unique; the queue's order
+	AccountID          string          `json:"accountId"`
+	Type               OpType          `json:"operationType"`
+	EntityType         string          `json:"entityType"`
+	EntityID           string          `json:"entityId"`
+	PayloadVersion     int64           `json:"payloadVersion"`
+	Payload            json.RawMessage `json:"payload,omitempty"`
+	PayloadFingerprint string          `json:"payloadFingerprint"`
+	State              State           `json:"state"`
+	AttemptCount       int             `json:"attemptCount"`
+	NextAttemptAt      time.Time       `json:"nextAttemptAt"`
+	LeaseOwner         string          `json:"leaseOwner,omitempty"`
+	LeaseExpiresAt     time.Time       `json:"leaseExpiresAt,omitzero"`
+	LastErrorCode      string          `json:"lastErrorCode,omitempty"`
+	LastError          string          `json:"lastError,omitempty"`
+	CreatedAt          time.Time       `json:"createdAt"`
+	CompletedAt        time.Time       `json:"completedAt,omitzero"`
+	// RequestFingerprint identifies the app request that made this
+	// operation (see Write.RequestFingerprint).
+	RequestFingerprint string `json:"requestFingerprint,omitempty"`
+}
+
+// PartitionKey returns the key of the operation's ordering partition:
+// account, entity type and local entity id. Only the oldest unfinished
+// operation of a partition may be sent.
+func (op *Operation) PartitionKey() string {
+	return partitionKey(op.AccountID, op.EntityType, op.EntityID)
+}
+
+// Write is one app write: a create, update or delete of an entity.
+type Write struct {
+	Op         OpType
+	AccountID  string
+	EntityType string
+	// EntityID is required for update and delete. For a create it may be
+	// empty, and a UUID is generated.
+	EntityID string
+	// Data is the entity's new content, a JSON object; required for create
+	// and update, ignored for delete.
+	Data json.RawMessage
+	// OperationID is the app's Idempotency-Key. Empty means generate a
+	// UUID. If an operation with this id exists and its
+	// RequestFingerprint equals this write's, Apply returns it with
+	// Replayed set and writes nothing; with another fingerprint, Apply
+	// returns ErrKeyReused.
+	OperationID        string
+	RequestFingerprint string
+}
+
+// Result is what Apply did.
+type Result struct {
+	Entity    Entity
+	Operation Operation
+	// Replayed is true when the write repeated an earlier one by its
+	// operation id and nothing was written.
+	Replayed bool
+}
+
+// Completion is what the server answered for a successful operation.
+type Completion struct {
+	// ServerID is the id the server gave the entity (create), if any.
+	ServerID string
+}
+
+// ListOptions pages through entities or operations. After is the cursor
+// returned as the last item's id (entities) or seq (operations).
+type ListOptions struct {
+	Limit int
+	After string
+	// SyncState filters entities; State filters operations. Empty: all.
+	SyncState SyncState
+	State     State
+	// AccountID filters operations by account. Empty: all accounts.
+	AccountID string
+}
+
+// Stats summarises the queue for status screens and metrics.
+type Stats struct {
+	// Counts holds the number of operations in each state.
+	Counts map[State]int `json:"counts"`
+	// OldestPending is the creation time of the oldest operation that has
+	// not finished (pending, sending, retry_waiting or permanent_failed);
+	// zero when there is none.
+	OldestPending time.Time `json:"oldestPending,omitzero"`
+	// FileSize is the size of the data file in bytes; FreeBytes the bytes
+	// in free pages that compaction would return.
+	FileSize  int64 `json:"fileSize"`
+	FreeBytes int64 `json:"freeBytes"`
+}
+
+// Event is one entry of the durable change log. Every mutation of the
+// queue appends events in the same transaction, so the log and the data
+// never disagree, and Seq grows across restarts.
+type Event struct {
+	Seq         uint64    `json:"seq"`
+	Time        time.Time `json:"time"`
+	Type        string    `json:"type"`
+	AccountID   string    `json:"accountId,omitempty"`
+	EntityType  string    `json:"entityType,omitempty"`
+	EntityID    string    `json:"entityId,omitempty"`
+	OperationID string    `json:"operationId,omitempty"`
+	// State is the operation's new state (operation.* events);
+	// SyncState the entity's (entity.* events).
+	State     State     `json:"state,omitempty"`
+	SyncState SyncState `json:"syncState,omitempty"`
+	ErrorCode string    `json:"errorCode,omitempty"`
+	// Data carries event-specific fields (session and status events).
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// Event types written by the queue.
+const (
+	EventEntityChanged   = "entity.changed"   // an entity was written or its sync state changed
+	EventEntityRemoved   = "entity.removed"   // an entity left the store (delete done, discard, purge)
+	EventOperationState  = "operation.state"  // an operation changed state or was created
+	EventOperationPurged = "operation.purged" // an operation was removed without finishing
+)

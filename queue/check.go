@@ -1,0 +1,177 @@
+package queue
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Check verifies the file's consistency (bbolt's page check) and every
+// invariant of the queue, returning all violations joined. Tests run it
+// after every scenario; `syncd` may run it as a diagnostic. It reads the
+// whole file in one read transaction: not for a hot path.
+//
+// The invariants:
+//   - a pending or failed entity has an unfinished operation that will
+//     send it (the article's core invariant); a synced one has none;
+//   - every unfinished operation is in the partition and unfinished
+//     indexes, and no finished one is;
+//   - the ready index holds exactly the partition heads that are pending
+//     or retry_waiting, under their next_attempt_at; the lease index
+//     exactly the sending operations, under their lease expiry;
+//   - the done index holds exactly the done operations;
+//   - op_ids maps every operation's id to its seq and nothing else;
+//   - the per-state counts equal the rows.
+func (s *Store) Check() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	err := s.db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			bad("bbolt: %v", err)
+		}
+		ops := map[uint64]*Operation{}
+		counts := map[State]int{}
+		if err := tx.Bucket(bucketOps).ForEach(func(k, v []byte) error {
+			var op Operation
+			if err := json.Unmarshal(v, &op); err != nil {
+				return err
+			}
+			if op.Seq != readU64(k) {
+				bad("op %s: seq %d stored under key %d", op.ID, op.Seq, readU64(k))
+			}
+			if !op.State.Valid() {
+				bad("op %s: unknown state %q", op.ID, op.State)
+			}
+			ops[op.Seq] = &op
+			counts[op.State]++
+			return nil
+		}); err != nil {
+			return err
+		}
+		ids := tx.Bucket(bucketOpIDs)
+		if n := ids.Stats().KeyN; n != len(ops) {
+			bad("op_ids has %d keys for %d operations", n, len(ops))
+		}
+		for seq, op := range ops {
+			if v := ids.Get([]byte(op.ID)); v == nil || readU64(v) != seq {
+				bad("op_ids does not map %s to %d", op.ID, seq)
+			}
+		}
+		for _, st := range States {
+			var n int
+			if v := tx.Bucket(bucketCounts).Get([]byte(st)); v != nil {
+				n = int(readU64(v))
+			}
+			if n != counts[st] {
+				bad("count of %s is %d, rows say %d", st, n, counts[st])
+			}
+		}
+
+		// Partitions: collect unfinished ops per partition in key order.
+		heads := map[string]*Operation{}
+		inPartition := map[uint64]bool{}
+		if err := tx.Bucket(bucketPartitions).ForEach(func(k, _ []byte) error {
+			seq := readU64(k[len(k)-8:])
+			op := ops[seq]
+			if op == nil {
+				bad("partition index names missing op %d", seq)
+				return nil
+			}
+			if string(k) != string(partitionOpKey(op)) {
+				bad("partition index key of op %s is wrong", op.ID)
+			}
+			inPartition[seq] = true
+			if _, ok := heads[op.PartitionKey()]; !ok {
+				heads[op.PartitionKey()] = op
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		unfinished := tx.Bucket(bucketUnfinished)
+		for seq, op := range ops {
+			open := op.State != StateDone
+			if open != inPartition[seq] {
+				bad("op %s (%s): in partition index = %v", op.ID, op.State, inPartition[seq])
+			}
+			if open != (unfinished.Get(u64(seq)) != nil) {
+				bad("op %s (%s): in unfinished index = %v", op.ID, op.State, !open)
+			}
+			if (op.State == StateDone) != (tx.Bucket(bucketDone).Get(timeSeqKey(op.CompletedAt, seq)) != nil) {
+				bad("op %s (%s): done index disagrees", op.ID, op.State)
+			}
+		}
+		if n := unfinished.Stats().KeyN; n != len(inPartition) {
+			bad("unfinished index has %d keys, partitions %d", n, len(inPartition))
+		}
+		if n, want := tx.Bucket(bucketDone).Stats().KeyN, counts[StateDone]; n != want {
+			bad("done index has %d keys for %d done operations", n, want)
+		}
+
+		// Ready and lease indexes, per account.
+		wantReady := map[string]bool{}
+		for _, h := range heads {
+			if h.State == StatePending || h.State == StateRetryWaiting {
+				wantReady[h.AccountID+"\x00"+string(timeSeqKey(h.NextAttemptAt, h.Seq))] = true
+			}
+		}
+		wantLease := map[string]bool{}
+		for _, op := range ops {
+			if op.State == StateSending {
+				if heads[op.PartitionKey()] != op {
+					bad("op %s is sending but is not its partition's head", op.ID)
+				}
+				wantLease[op.AccountID+"\x00"+string(timeSeqKey(op.LeaseExpiresAt, op.Seq))] = true
+			}
+		}
+		for _, ix := range []struct {
+			name []byte
+			want map[string]bool
+		}{{bucketReady, wantReady}, {bucketLeases, wantLease}} {
+			got := 0
+			if err := tx.Bucket(ix.name).ForEachBucket(func(account []byte) error {
+				return tx.Bucket(ix.name).Bucket(account).ForEach(func(k, _ []byte) error {
+					got++
+					if !ix.want[string(account)+"\x00"+string(k)] {
+						_, seq := splitTimeSeqKey(k)
+						bad("%s index has an entry for op %d that should not be there", ix.name, seq)
+					}
+					return nil
+				})
+			}); err != nil {
+				return err
+			}
+			if got != len(ix.want) {
+				bad("%s index has %d entries, want %d", ix.name, got, len(ix.want))
+			}
+		}
+
+		// Entities against their partitions.
+		return tx.Bucket(bucketEntities).ForEach(func(k, v []byte) error {
+			var e Entity
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			head := heads[string(k)]
+			switch {
+			case e.SyncState == SyncPending && head == nil:
+				bad("entity %s/%s is pending but no operation will send it", e.Type, e.ID)
+			case e.SyncState == SyncPending && head.State == StatePermanentFailed:
+				bad("entity %s/%s is pending behind failed operation %s", e.Type, e.ID, head.ID)
+			case e.SyncState == SyncFailed && (head == nil || head.State != StatePermanentFailed):
+				bad("entity %s/%s is failed without a failed operation at its head", e.Type, e.ID)
+			case e.SyncState == SyncSynced && head != nil:
+				bad("entity %s/%s is synced with operation %s unfinished", e.Type, e.ID, head.ID)
+			case e.Deleted && head == nil:
+				bad("entity %s/%s is deleted locally with no delete to send", e.Type, e.ID)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,164 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Claim takes the next operation of account that may be sent now: a
+// partition head whose next_attempt_at has come, or one whose lease has
+// expired (its worker died or hung). It moves the operation to sending,
+// sets the lease (owner, now+lease) and counts the attempt. Cost: one
+// cursor seek on the account's ready index, O(log n) in the queue's size.
+// It returns ErrNoReady when nothing is ready.
+func (s *Store) Claim(ctx context.Context, account, owner string, lease time.Duration) (Operation, error) {
+	if lease <= 0 {
+		return Operation{}, fmt.Errorf("queue: claim: lease must be positive, got %v", lease)
+	}
+	var out Operation
+	err := s.update(ctx, func(tx *txw) error {
+		op, err := tx.nextReady(account)
+		if err != nil {
+			return err
+		}
+		if op == nil {
+			return ErrNoReady
+		}
+		if err := tx.claim(op, owner, lease); err != nil {
+			return err
+		}
+		out = *op
+		return nil
+	})
+	return out, err
+}
+
+// nextReady finds the operation Claim would take, without changing it.
+func (tx *txw) nextReady(account string) (*Operation, error) {
+	if b, _ := tx.accountBucket(bucketReady, account, false); b != nil {
+		if k, _ := b.Cursor().First(); k != nil {
+			if at, seq := splitTimeSeqKey(k); !at.After(tx.now) {
+				return tx.loadOpBySeq(seq)
+			}
+		}
+	}
+	if b, _ := tx.accountBucket(bucketLeases, account, false); b != nil {
+		if k, _ := b.Cursor().First(); k != nil {
+			if at, seq := splitTimeSeqKey(k); !at.After(tx.now) {
+				return tx.loadOpBySeq(seq)
+			}
+		}
+	}
+	return nil, nil
+}
+
+func (tx *txw) claim(op *Operation, owner string, lease time.Duration) error {
+	switch op.State {
+	case StateSending: // lease expired: recover it first
+		if err := tx.leaseDel(op); err != nil {
+			return err
+		}
+		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
+		if err := tx.setState(op, StatePending); err != nil {
+			return err
+		}
+	case StateRetryWaiting, StatePending:
+		if err := tx.readyDel(op); err != nil {
+			return err
+		}
+		if op.State == StateRetryWaiting {
+			if err := tx.setState(op, StatePending); err != nil {
+				return err
+			}
+		}
+	}
+	op.AttemptCount++
+	op.LeaseOwner = owner
+	op.LeaseExpiresAt = tx.now.Add(lease)
+	if err := tx.setState(op, StateSending); err != nil {
+		return err
+	}
+	if err := tx.leasePut(op); err != nil {
+		return err
+	}
+	return tx.saveOp(op)
+}
+
+// NextWake returns the earliest time at which Claim(account) could find
+// something: the first ready operation's next_attempt_at or the first
+// lease expiry. ok is false when the account has nothing queued that a
+// claim could take.
+func (s *Store) NextWake(account string) (at time.Time, ok bool, err error) {
+	err = s.db.View(func(btx *bolt.Tx) error {
+		for _, index := range [][]byte{bucketReady, bucketLeases} {
+			b := btx.Bucket(index).Bucket([]byte(account))
+			if b == nil {
+				continue
+			}
+			if k, _ := b.Cursor().First(); k != nil {
+				t, _ := splitTimeSeqKey(k)
+				if !ok || t.Before(at) {
+					at, ok = t, true
+				}
+			}
+		}
+		return nil
+	})
+	return at, ok, err
+}
+
+// recoverSending returns every sending operation to pending. Open calls
+// it: the file lock makes this process the only writer, so whatever is
+// sending was left by a process that died.
+func (tx *txw) recoverSending() (int, error) {
+	leases := tx.b(bucketLeases)
+	var accounts [][]byte
+	if err := leases.ForEachBucket(func(k []byte) error {
+		accounts = append(accounts, append([]byte(nil), k...))
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, account := range accounts {
+		b := leases.Bucket(account)
+		var seqs []uint64
+		if err := b.ForEach(func(k, _ []byte) error {
+			_, seq := splitTimeSeqKey(k)
+			seqs = append(seqs, seq)
+			return nil
+		}); err != nil {
+			return n, err
+		}
+		for _, seq := range seqs {
+			op, err := tx.loadOpBySeq(seq)
+			if err != nil {
+				return n, err
+			}
+			if err := tx.release(op); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+// release returns a sending op to pending, ready at once.
+func (tx *txw) release(op *Operation) error {
+	if err := tx.leaseDel(op); err != nil {
+		return err
+	}
+	if err := tx.setState(op, StatePending); err != nil {
+		return err
+	}
+	op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
+	op.NextAttemptAt = tx.now
+	if err := tx.readyPut(op); err != nil {
+		return err
+	}
+	return tx.saveOp(op)
+}

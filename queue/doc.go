@@ -1,0 +1,47 @@
+// Package queue is syncd's durable local store: the apps' entities, the
+// outgoing operation queue and its indexes, and the change log, in one
+// bbolt file.
+//
+// It owns the file's buckets and key encodings, the one-transaction app
+// write (entity row + operation row + index entries: a kill leaves both or
+// neither), the operation state machine, leases, per-partition FIFO, the
+// ready index that makes a claim O(log n), reconciliation of a completed
+// operation onto its entity, and the retention sweep. It knows nothing of
+// HTTP or of the remote server: the daemon claims operations, sends them
+// through package transport and records the outcome here.
+//
+// # Writes and group commit
+//
+// Every mutation goes through one committer goroutine that runs the
+// writes queued while the previous transaction was committing in one
+// transaction, so concurrent writers share an fsync and a lone writer
+// never waits for a timer (bbolt's DB.Batch waits up to MaxBatchDelay
+// before it commits, which made it slower than plain Update for a few
+// writers). When a method returns nil its change is on disk.
+//
+// # Ordering
+//
+// The partition key is account + entity type + local entity id. Only the
+// oldest unfinished operation of a partition (its head) may be claimed;
+// a permanently failed head holds back the rest of its partition until
+// the user retries or discards it, and never holds back other partitions.
+//
+// # Indexes
+//
+//	ready/<account>   nextAttemptAt|seq  heads that are pending or retry_waiting
+//	leases/<account>  leaseExpiresAt|seq operations being sent
+//	partitions        account\0type\0id\0seq  unfinished operations per partition
+//	unfinished        seq                oldest unfinished first (status age)
+//	done              completedAt|seq    done operations, for the sweep
+//
+// Claim seeks the first key of the account's ready index and, failing
+// that, of its lease index (an expired lease is recovered by the claim).
+//
+// # Change log
+//
+// Every mutation appends events (bucket events, seq from NextSequence) in
+// its own transaction, so the log never disagrees with the data and seq
+// grows across restarts. Config.OnCommit hands committed events to the
+// daemon's event bus; Events reads the retained history for resuming
+// subscribers.
+package queue

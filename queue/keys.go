@@ -1,0 +1,95 @@
+package queue
+
+import (
+	"encoding/binary"
+	"strings"
+	"time"
+)
+
+// The buckets of the data file. Keys sort: integers and times are 8-byte
+// big-endian, composite keys are NUL-separated (NUL is refused in every
+// name part, so a prefix is never ambiguous).
+var (
+	bucketMeta       = []byte("meta")       // "schema", "session"
+	bucketCounts     = []byte("counts")     // state → uint64 number of operations
+	bucketEntities   = []byte("entities")   // account\0type\0id → Entity JSON
+	bucketOps        = []byte("ops")        // seq → Operation JSON
+	bucketOpIDs      = []byte("op_ids")     // operation id → seq
+	bucketPartitions = []byte("partitions") // account\0type\0id\0seq → empty: unfinished ops per partition, in order
+	bucketUnfinished = []byte("unfinished") // seq → empty: every unfinished op, oldest first
+	bucketReady      = []byte("ready")      // account → bucket of nextAttemptAt+seq → empty: heads waiting to be sent
+	bucketLeases     = []byte("leases")     // account → bucket of leaseExpiresAt+seq → empty: ops being sent
+	bucketDone       = []byte("done")       // completedAt+seq → empty: done ops, for the retention sweep
+	bucketEvents     = []byte("events")     // seq → Event JSON: the durable change log
+)
+
+var allBuckets = [][]byte{
+	bucketMeta, bucketCounts, bucketEntities, bucketOps, bucketOpIDs,
+	bucketPartitions, bucketUnfinished, bucketReady, bucketLeases, bucketDone, bucketEvents,
+}
+
+var (
+	metaSchema  = []byte("schema")
+	metaSession = []byte("session")
+)
+
+// schemaVersion is the layout of the file; Open refuses a newer one.
+const schemaVersion = 1
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+func readU64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
+
+// timeKey encodes t as unix nanoseconds, clamped at zero so it sorts.
+func timeKey(t time.Time) uint64 {
+	n := t.UnixNano()
+	if n < 0 {
+		return 0
+	}
+	return uint64(n)
+}
+
+// timeSeqKey is the 16-byte key of the ready, lease and done indexes.
+func timeSeqKey(t time.Time, seq uint64) []byte {
+	b := make([]byte, 16)
+	binary.BigEndian.PutUint64(b, timeKey(t))
+	binary.BigEndian.PutUint64(b[8:], seq)
+	return b
+}
+
+func splitTimeSeqKey(k []byte) (time.Time, uint64) {
+	return time.Unix(0, int64(binary.BigEndian.Uint64(k))), binary.BigEndian.Uint64(k[8:])
+}
+
+func partitionKey(account, entityType, entityID string) string {
+	return account + "\x00" + entityType + "\x00" + entityID
+}
+
+// entityKey is the key of an entity row; it equals its partition key.
+func entityKey(account, entityType, entityID string) []byte {
+	return []byte(partitionKey(account, entityType, entityID))
+}
+
+// partitionPrefix is the prefix of every partition-index key of one
+// partition.
+func partitionPrefix(account, entityType, entityID string) []byte {
+	return []byte(partitionKey(account, entityType, entityID) + "\x00")
+}
+
+func partitionOpKey(op *Operation) []byte {
+	p := partitionPrefix(op.AccountID, op.EntityType, op.EntityID)
+	return append(p, u64(op.Seq)...)
+}
+
+// splitEntityKey reverses entityKey.
+func splitEntityKey(k []byte) (account, entityType, entityID string, ok bool) {
+	parts := strings.SplitN(string(k), "\x00", 3)
+	if len(parts) != 3 {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
+}

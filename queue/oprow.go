@@ -1,0 +1,242 @@
+package queue
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Row-level helpers shared by writes and state changes. They keep the
+// operation row, its indexes and the per-state counts in step.
+
+func (w *txw) loadOpBySeq(seq uint64) (*Operation, error) {
+	v := w.b(bucketOps).Get(u64(seq))
+	if v == nil {
+		return nil, fmt.Errorf("%w: seq %d", ErrOperationNotFound, seq)
+	}
+	var op Operation
+	if err := json.Unmarshal(v, &op); err != nil {
+		return nil, fmt.Errorf("queue: decode operation %d: %w", seq, err)
+	}
+	return &op, nil
+}
+
+func (w *txw) loadOp(id string) (*Operation, error) {
+	seq := w.b(bucketOpIDs).Get([]byte(id))
+	if seq == nil {
+		return nil, fmt.Errorf("%w: %s", ErrOperationNotFound, id)
+	}
+	return w.loadOpBySeq(readU64(seq))
+}
+
+func (w *txw) saveOp(op *Operation) error {
+	v, err := json.Marshal(op)
+	if err != nil {
+		return err
+	}
+	return w.put(w.b(bucketOps), u64(op.Seq), v)
+}
+
+func (w *txw) loadEntity(account, entityType, id string) (*Entity, error) {
+	v := w.b(bucketEntities).Get(entityKey(account, entityType, id))
+	if v == nil {
+		return nil, nil
+	}
+	var e Entity
+	if err := json.Unmarshal(v, &e); err != nil {
+		return nil, fmt.Errorf("queue: decode entity %s/%s: %w", entityType, id, err)
+	}
+	return &e, nil
+}
+
+func (w *txw) saveEntity(e *Entity) error {
+	v, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	return w.put(w.b(bucketEntities), entityKey(e.AccountID, e.Type, e.ID), v)
+}
+
+func (w *txw) count(st State, delta int) error {
+	b := w.b(bucketCounts)
+	var n uint64
+	if v := b.Get([]byte(st)); v != nil {
+		n = readU64(v)
+	}
+	if delta < 0 && n < uint64(-delta) {
+		return fmt.Errorf("queue: count of %s would go negative", st)
+	}
+	n = uint64(int64(n) + int64(delta))
+	return w.put(b, []byte(st), u64(n))
+}
+
+// setState moves op to the state to through the state machine, updating
+// counts, and records an operation.state event. The caller maintains the
+// indexes and saves the row.
+func (w *txw) setState(op *Operation, to State) error {
+	from := op.State
+	if err := op.transition(to); err != nil {
+		return err
+	}
+	if err := w.count(from, -1); err != nil {
+		return err
+	}
+	if err := w.count(to, 1); err != nil {
+		return err
+	}
+	return w.opEvent(op)
+}
+
+func (w *txw) opEvent(op *Operation) error {
+	return w.event(Event{
+		Type:        EventOperationState,
+		AccountID:   op.AccountID,
+		EntityType:  op.EntityType,
+		EntityID:    op.EntityID,
+		OperationID: op.ID,
+		State:       op.State,
+		ErrorCode:   op.LastErrorCode,
+	})
+}
+
+// readyPut and readyDel maintain the per-account ready index.
+func (w *txw) readyPut(op *Operation) error {
+	b, err := w.accountBucket(bucketReady, op.AccountID, true)
+	if err != nil {
+		return err
+	}
+	return w.put(b, timeSeqKey(op.NextAttemptAt, op.Seq), nil)
+}
+
+func (w *txw) readyDel(op *Operation) error {
+	b, err := w.accountBucket(bucketReady, op.AccountID, false)
+	if b == nil || err != nil {
+		return err
+	}
+	return w.del(b, timeSeqKey(op.NextAttemptAt, op.Seq))
+}
+
+func (w *txw) leasePut(op *Operation) error {
+	b, err := w.accountBucket(bucketLeases, op.AccountID, true)
+	if err != nil {
+		return err
+	}
+	return w.put(b, timeSeqKey(op.LeaseExpiresAt, op.Seq), nil)
+}
+
+func (w *txw) leaseDel(op *Operation) error {
+	b, err := w.accountBucket(bucketLeases, op.AccountID, false)
+	if b == nil || err != nil {
+		return err
+	}
+	return w.del(b, timeSeqKey(op.LeaseExpiresAt, op.Seq))
+}
+
+// partitionHead returns the oldest unfinished operation of a partition,
+// or nil.
+func (w *txw) partitionHead(account, entityType, entityID string) (*Operation, error) {
+	prefix := partitionPrefix(account, entityType, entityID)
+	c := w.b(bucketPartitions).Cursor()
+	k, _ := c.Seek(prefix)
+	if k == nil || len(k) != len(prefix)+8 || string(k[:len(prefix)]) != string(prefix) {
+		return nil, nil
+	}
+	return w.loadOpBySeq(readU64(k[len(prefix):]))
+}
+
+// partitionOps returns every unfinished operation of a partition, oldest
+// first.
+func (w *txw) partitionOps(account, entityType, entityID string) ([]*Operation, error) {
+	prefix := partitionPrefix(account, entityType, entityID)
+	var ops []*Operation
+	c := w.b(bucketPartitions).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && len(k) == len(prefix)+8 && string(k[:len(prefix)]) == string(prefix); k, _ = c.Next() {
+		op, err := w.loadOpBySeq(readU64(k[len(prefix):]))
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}
+
+// finish removes op from the unfinished indexes (partition, unfinished,
+// ready, leases) and lets the next operation of its partition become the
+// head. It does not touch the op row.
+func (w *txw) finish(op *Operation) error {
+	if err := w.readyDel(op); err != nil {
+		return err
+	}
+	if err := w.leaseDel(op); err != nil {
+		return err
+	}
+	if err := w.del(w.b(bucketPartitions), partitionOpKey(op)); err != nil {
+		return err
+	}
+	if err := w.del(w.b(bucketUnfinished), u64(op.Seq)); err != nil {
+		return err
+	}
+	head, err := w.partitionHead(op.AccountID, op.EntityType, op.EntityID)
+	if err != nil || head == nil {
+		return err
+	}
+	if head.State == StatePending || head.State == StateRetryWaiting {
+		return w.readyPut(head)
+	}
+	return nil
+}
+
+// reconcileEntity recomputes an entity's sync state from its unfinished
+// operations: none → synced (or, if deleted, the row goes); a permanently
+// failed head → failed; otherwise pending. It emits entity events when
+// something changed.
+func (w *txw) reconcileEntity(account, entityType, entityID string) error {
+	e, err := w.loadEntity(account, entityType, entityID)
+	if err != nil || e == nil {
+		return err
+	}
+	head, err := w.partitionHead(account, entityType, entityID)
+	if err != nil {
+		return err
+	}
+	if head == nil && e.Deleted {
+		if err := w.del(w.b(bucketEntities), entityKey(account, entityType, entityID)); err != nil {
+			return err
+		}
+		return w.entityEvent(e, EventEntityRemoved)
+	}
+	state, syncErr := SyncPending, ""
+	switch {
+	case head == nil:
+		state = SyncSynced
+	case head.State == StatePermanentFailed:
+		state = SyncFailed
+		syncErr = readableError(head)
+	}
+	if e.SyncState == state && e.SyncError == syncErr {
+		return nil
+	}
+	e.SyncState, e.SyncError = state, syncErr
+	if err := w.saveEntity(e); err != nil {
+		return err
+	}
+	return w.entityEvent(e, EventEntityChanged)
+}
+
+func (w *txw) entityEvent(e *Entity, typ string) error {
+	return w.event(Event{
+		Type:        typ,
+		AccountID:   e.AccountID,
+		EntityType:  e.Type,
+		EntityID:    e.ID,
+		OperationID: e.LastOperationID,
+		SyncState:   e.SyncState,
+	})
+}
+
+// readableError is the entity's syncError for a failed operation.
+func readableError(op *Operation) string {
+	if op.LastError != "" {
+		return fmt.Sprintf("%s %s failed: %s (%s)", op.Type, op.EntityType, op.LastError, op.LastErrorCode)
+	}
+	return fmt.Sprintf("%s %s failed: %s", op.Type, op.EntityType, op.LastErrorCode)
+}

@@ -1,0 +1,175 @@
+package queue
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Reads run in short read transactions and return copies.
+
+// GetEntity returns a live (not deleted) entity of account.
+func (s *Store) GetEntity(account, entityType, id string) (Entity, error) {
+	var e Entity
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketEntities).Get(entityKey(account, entityType, id))
+		if v == nil {
+			return fmt.Errorf("%w: %s/%s", ErrEntityNotFound, entityType, id)
+		}
+		if err := json.Unmarshal(v, &e); err != nil {
+			return err
+		}
+		if e.Deleted {
+			return fmt.Errorf("%w: %s/%s", ErrEntityNotFound, entityType, id)
+		}
+		return nil
+	})
+	return e, err
+}
+
+func clampLimit(n int) int {
+	switch {
+	case n <= 0:
+		return DefaultListLimit
+	case n > MaxListLimit:
+		return MaxListLimit
+	}
+	return n
+}
+
+// ListEntities pages through the live entities of one type of account in
+// id order, after opts.After, filtered by opts.SyncState.
+func (s *Store) ListEntities(account, entityType string, opts ListOptions) ([]Entity, error) {
+	limit := clampLimit(opts.Limit)
+	prefix := []byte(partitionKey(account, entityType, ""))
+	out := []Entity{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketEntities).Cursor()
+		k, v := c.Seek(prefix)
+		if opts.After != "" {
+			after := entityKey(account, entityType, opts.After)
+			k, v = c.Seek(after)
+			if bytes.Equal(k, after) {
+				k, v = c.Next()
+			}
+		}
+		for ; k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, v = c.Next() {
+			var e Entity
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			if e.Deleted || opts.SyncState != "" && e.SyncState != opts.SyncState {
+				continue
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// GetOperation returns an operation by id.
+func (s *Store) GetOperation(id string) (Operation, error) {
+	var op Operation
+	err := s.db.View(func(tx *bolt.Tx) error {
+		seq := tx.Bucket(bucketOpIDs).Get([]byte(id))
+		if seq == nil {
+			return fmt.Errorf("%w: %s", ErrOperationNotFound, id)
+		}
+		return json.Unmarshal(tx.Bucket(bucketOps).Get(seq), &op)
+	})
+	return op, err
+}
+
+// ListOperations pages through operations in queue order (seq), after
+// the seq in opts.After, filtered by state and account.
+func (s *Store) ListOperations(opts ListOptions) ([]Operation, error) {
+	limit := clampLimit(opts.Limit)
+	var after uint64
+	if opts.After != "" {
+		n, err := strconv.ParseUint(opts.After, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("queue: list cursor %q is not a sequence number", opts.After)
+		}
+		after = n
+	}
+	out := []Operation{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketOps).Cursor()
+		for k, v := c.Seek(u64(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
+			var op Operation
+			if err := json.Unmarshal(v, &op); err != nil {
+				return err
+			}
+			if opts.State != "" && op.State != opts.State || opts.AccountID != "" && op.AccountID != opts.AccountID {
+				continue
+			}
+			out = append(out, op)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Stats returns the counts per state, the oldest unfinished operation's
+// creation time and the file's size and free space.
+func (s *Store) Stats() (Stats, error) {
+	st := Stats{Counts: make(map[State]int, len(States))}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		counts := tx.Bucket(bucketCounts)
+		for _, state := range States {
+			if v := counts.Get([]byte(state)); v != nil {
+				st.Counts[state] = int(readU64(v))
+			} else {
+				st.Counts[state] = 0
+			}
+		}
+		if k, _ := tx.Bucket(bucketUnfinished).Cursor().First(); k != nil {
+			var op Operation
+			if err := json.Unmarshal(tx.Bucket(bucketOps).Get(k), &op); err != nil {
+				return err
+			}
+			st.OldestPending = op.CreatedAt
+		}
+		st.FileSize = tx.Size()
+		return nil
+	})
+	dbs := s.db.Stats()
+	st.FreeBytes = int64(dbs.FreeAlloc)
+	return st, err
+}
+
+// Events returns up to limit change-log events with seq > since, oldest
+// first, and the seq of the oldest event still kept (0 when the log is
+// empty). A since older than oldest-1 means events were swept: the
+// reader missed some and must resync.
+func (s *Store) Events(since uint64, limit int) (events []Event, oldest uint64, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketEvents).Cursor()
+		if k, _ := c.First(); k != nil {
+			oldest = readU64(k)
+		}
+		for k, v := c.Seek(u64(since + 1)); k != nil && (limit <= 0 || len(events) < limit); k, v = c.Next() {
+			var e Event
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			events = append(events, e)
+		}
+		return nil
+	})
+	return events, oldest, err
+}
+
+// LastEventSeq returns the seq of the newest event ever written.
+func (s *Store) LastEventSeq() (uint64, error) {
+	var seq uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		seq = tx.Bucket(bucketEvents).Sequence()
+		return nil
+	})
+	return seq, err
+}

@@ -1,0 +1,355 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultLockTimeout   = time.Second
+	DefaultMaxDataBytes  = 1 << 20
+	DefaultDoneRetention = 24 * time.Hour
+	DefaultEventHistory  = 10000
+	DefaultMaxBatch      = 256
+	DefaultListLimit     = 100
+	MaxListLimit         = 1000
+)
+
+// Config configures a Store. The zero value means defaults.
+type Config struct {
+	// Now is the clock. Every time the queue stores or compares comes from
+	// it. Default time.Now.
+	Now func() time.Time
+	// Logger receives the store's few log lines. Default slog.Default().
+	Logger *slog.Logger
+	// LockTimeout bounds the wait for the data file's lock; another
+	// process holding it makes Open fail with ErrLocked. Default 1s.
+	LockTimeout time.Duration
+	// MaxDataBytes is the largest entity data accepted. Default 1 MiB.
+	MaxDataBytes int
+	// DoneRetention is how long done operations are kept before Sweep
+	// deletes them. Default 24h.
+	DoneRetention time.Duration
+	// EventHistory is how many change-log events Sweep keeps. Default
+	// 10,000.
+	EventHistory int
+	// MaxBatch caps how many writes share one transaction (and one fsync)
+	// in group commit. Default 256.
+	MaxBatch int
+	// OnCommit, if set, is called after each commit with the events the
+	// committed writes appended, in seq order. It runs on the committing
+	// goroutine: it must not block and must not call the Store.
+	OnCommit func([]Event)
+	// NoSync skips fsync. Only for tests and benchmarks that measure
+	// something other than the disk.
+	NoSync bool
+}
+
+// Store is the durable local queue: entities, operations, their indexes
+// and the change log, in one bbolt file. It is safe for concurrent use.
+type Store struct {
+	db   *bolt.DB
+	cfg  Config
+	path string
+
+	reqs     chan *commitReq
+	stop     chan struct{}
+	stopped  chan struct{}
+	closeMu  sync.Mutex
+	isClosed bool
+}
+
+// Open opens or creates the data file at path. Operations a dead process
+// left in the sending state go back to pending.
+func Open(path string, cfg Config) (*Store, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.LockTimeout = cmp.Or(cfg.LockTimeout, DefaultLockTimeout)
+	cfg.MaxDataBytes = cmp.Or(cfg.MaxDataBytes, DefaultMaxDataBytes)
+	cfg.DoneRetention = cmp.Or(cfg.DoneRetention, DefaultDoneRetention)
+	cfg.EventHistory = cmp.Or(cfg.EventHistory, DefaultEventHistory)
+	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, DefaultMaxBatch)
+
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:      cfg.LockTimeout,
+		FreelistType: bolt.FreelistMapType,
+		NoSync:       cfg.NoSync,
+	})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: open %s: %w", path, err)
+	}
+	s := &Store{
+		db:      db,
+		cfg:     cfg,
+		path:    path,
+		reqs:    make(chan *commitReq, cfg.MaxBatch),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	var recovered int
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := s.initBuckets(tx); err != nil {
+			return err
+		}
+		w := &txw{tx: tx, s: s, now: cfg.Now()}
+		recovered, err = w.recoverSending()
+		if err != nil {
+			return err
+		}
+		s.emit(w.events)
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	if recovered > 0 {
+		cfg.Logger.Info("queue: returned operations left sending by a previous process", "count", recovered)
+	}
+	go s.commitLoop()
+	return s, nil
+}
+
+func (s *Store) initBuckets(tx *bolt.Tx) error {
+	for _, name := range allBuckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("queue: create bucket %s: %w", name, err)
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if v := meta.Get(metaSchema); v != nil {
+		if got := readU64(v); got > schemaVersion {
+			return fmt.Errorf("queue: data file schema %d is newer than this syncd understands (%d)", got, schemaVersion)
+		}
+		return nil
+	}
+	return meta.Put(metaSchema, u64(schemaVersion))
+}
+
+// Path returns the data file's path.
+func (s *Store) Path() string { return s.path }
+
+// DB returns the underlying bbolt handle, for consistency checks and
+// tools. Writing through it bypasses the queue's invariants.
+func (s *Store) DB() *bolt.DB { return s.db }
+
+// Close stops the committer, waiting for queued writes, and closes the
+// file. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.isClosed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.isClosed = true
+	close(s.stop)
+	s.closeMu.Unlock()
+	<-s.stopped
+	return s.db.Close()
+}
+
+func (s *Store) now() time.Time { return s.cfg.Now() }
+
+func (s *Store) emit(events []Event) {
+	if len(events) > 0 && s.cfg.OnCommit != nil {
+		s.cfg.OnCommit(events)
+	}
+}
+
+// ---- group commit ----
+
+// commitReq is one write waiting for the committer.
+type commitReq struct {
+	fn   func(*txw) error
+	done chan error
+	w    *txw
+}
+
+// update runs fn in a write transaction shared with the other writes that
+// queued while the previous transaction was committing (group commit), so
+// concurrent writers share one fsync and a lone writer never waits for a
+// timer. fn may run more than once (when another write in its batch fails
+// after writing), so it must compute everything from the transaction.
+func (s *Store) update(ctx context.Context, fn func(*txw) error) error {
+	req := &commitReq{fn: fn, done: make(chan error, 1)}
+	select {
+	case s.reqs <- req:
+	case <-s.stop:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once queued, the write is committed or refused as a whole; waiting
+	// for it even if ctx ends keeps "a 2xx means durable" true for the
+	// caller who does wait.
+	return <-req.done
+}
+
+func (s *Store) commitLoop() {
+	defer close(s.stopped)
+	batch := make([]*commitReq, 0, s.cfg.MaxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case r := <-s.reqs:
+			batch = append(batch, r)
+		case <-s.stop:
+			// Drain what was queued before Close.
+			for {
+				select {
+				case r := <-s.reqs:
+					s.commit([]*commitReq{r})
+				default:
+					return
+				}
+			}
+		}
+	fill:
+		for len(batch) < s.cfg.MaxBatch {
+			select {
+			case r := <-s.reqs:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+// commit runs a batch in one transaction. A write that fails before it
+// wrote anything just gets its error; one that fails after writing makes
+// the transaction roll back, and the rest run again without it.
+func (s *Store) commit(batch []*commitReq) {
+	for len(batch) > 0 {
+		var failed int = -1
+		var events []Event
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			now := s.now()
+			events = events[:0]
+			for i, r := range batch {
+				if r.done == nil {
+					continue
+				}
+				r.w = &txw{tx: tx, s: s, now: now}
+				if err := r.fn(r.w); err != nil {
+					if r.w.wrote {
+						failed = i
+						return err
+					}
+					r.done <- err
+					r.done = nil
+					continue
+				}
+				events = append(events, r.w.events...)
+			}
+			return nil
+		})
+		if failed >= 0 {
+			batch[failed].done <- err
+			batch[failed].done = nil
+			batch = compact(batch)
+			continue
+		}
+		if err == nil {
+			s.emit(events)
+		}
+		for _, r := range batch {
+			if r.done != nil {
+				r.done <- err
+			}
+		}
+		return
+	}
+}
+
+func compact(batch []*commitReq) []*commitReq {
+	out := batch[:0]
+	for _, r := range batch {
+		if r.done != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ---- transaction helpers ----
+
+// txw wraps a write transaction: it records whether anything was written
+// and collects the change-log events of one write.
+type txw struct {
+	tx     *bolt.Tx
+	s      *Store
+	now    time.Time
+	wrote  bool
+	events []Event
+}
+
+func (w *txw) put(bucket *bolt.Bucket, k, v []byte) error {
+	w.wrote = true
+	return bucket.Put(k, v)
+}
+
+func (w *txw) del(bucket *bolt.Bucket, k []byte) error {
+	w.wrote = true
+	return bucket.Delete(k)
+}
+
+func (w *txw) b(name []byte) *bolt.Bucket { return w.tx.Bucket(name) }
+
+// accountBucket returns the per-account sub-bucket of an index, creating
+// it when create is set (nil otherwise if absent).
+func (w *txw) accountBucket(index []byte, account string, create bool) (*bolt.Bucket, error) {
+	parent := w.b(index)
+	if b := parent.Bucket([]byte(account)); b != nil || !create {
+		return b, nil
+	}
+	w.wrote = true
+	return parent.CreateBucket([]byte(account))
+}
+
+func (w *txw) event(e Event) error {
+	b := w.b(bucketEvents)
+	seq, err := b.NextSequence()
+	if err != nil {
+		return err
+	}
+	e.Seq = seq
+	e.Time = w.now
+	v, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	if err := w.put(b, u64(seq), v); err != nil {
+		return err
+	}
+	w.events = append(w.events, e)
+	return nil
+}
+
+// fileSize returns the size of the data file.
+func (s *Store) fileSize() int64 {
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}

@@ -1,0 +1,242 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The outcomes a worker records for an operation it claimed, and the user
+// actions on a failed one. Each is one transaction.
+
+// owned loads a sending operation held by owner.
+func (tx *txw) owned(id, owner string, to State) (*Operation, error) {
+	op, err := tx.loadOp(id)
+	if err != nil {
+		return nil, err
+	}
+	if op.State != StateSending {
+		return nil, &TransitionError{OperationID: id, From: op.State, To: to}
+	}
+	if op.LeaseOwner != owner {
+		return nil, fmt.Errorf("%w: operation %s is leased by %q, not %q", ErrLeaseLost, id, op.LeaseOwner, owner)
+	}
+	return op, nil
+}
+
+// Release returns a claimed operation to pending without recording an
+// outcome, ready at once: the worker is stopping or the account was
+// paused. The attempt stays counted: the request may have reached the
+// server.
+func (s *Store) Release(ctx context.Context, id, owner string) error {
+	return s.update(ctx, func(tx *txw) error {
+		op, err := tx.owned(id, owner, StatePending)
+		if err != nil {
+			return err
+		}
+		return tx.release(op)
+	})
+}
+
+// Complete records that the server applied the operation (a first answer
+// or a replay) and reconciles its entity in the same transaction: the
+// server id onto the entity, the entity synced when nothing else of it is
+// queued, the delete's row removed, the operation done.
+//
+// Reconciliation is safe to redo: completing an operation that is
+// already done changes nothing and returns nil. A worker whose lease was
+// taken over may still complete: the server's answer is the same for
+// every attempt of one key.
+func (s *Store) Complete(ctx context.Context, id, owner string, c Completion) (Operation, error) {
+	var out Operation
+	err := s.update(ctx, func(tx *txw) error {
+		op, err := tx.loadOp(id)
+		if err != nil {
+			return err
+		}
+		if op.State == StateDone {
+			out = *op
+			return nil
+		}
+		if op.State != StateSending {
+			return &TransitionError{OperationID: id, From: op.State, To: StateDone}
+		}
+		if err := tx.finish(op); err != nil {
+			return err
+		}
+		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
+		op.LastErrorCode, op.LastError = "", ""
+		op.CompletedAt = tx.now
+		if err := tx.setState(op, StateDone); err != nil {
+			return err
+		}
+		if err := tx.saveOp(op); err != nil {
+			return err
+		}
+		if err := tx.put(tx.b(bucketDone), timeSeqKey(op.CompletedAt, op.Seq), nil); err != nil {
+			return err
+		}
+		if c.ServerID != "" {
+			e, err := tx.loadEntity(op.AccountID, op.EntityType, op.EntityID)
+			if err != nil {
+				return err
+			}
+			if e != nil && e.ServerID != c.ServerID {
+				e.ServerID = c.ServerID
+				if err := tx.saveEntity(e); err != nil {
+					return err
+				}
+			}
+		}
+		out = *op
+		return tx.reconcileEntity(op.AccountID, op.EntityType, op.EntityID)
+	})
+	return out, err
+}
+
+// RetryAt records a transient failure: the operation waits in
+// retry_waiting until at, then a claim may take it again. code is a
+// stable error code, message a readable reason.
+func (s *Store) RetryAt(ctx context.Context, id, owner string, at time.Time, code, message string) error {
+	return s.update(ctx, func(tx *txw) error {
+		op, err := tx.owned(id, owner, StateRetryWaiting)
+		if err != nil {
+			return err
+		}
+		if err := tx.leaseDel(op); err != nil {
+			return err
+		}
+		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
+		op.LastErrorCode, op.LastError = code, message
+		op.NextAttemptAt = at
+		if err := tx.setState(op, StateRetryWaiting); err != nil {
+			return err
+		}
+		if err := tx.readyPut(op); err != nil {
+			return err
+		}
+		return tx.saveOp(op)
+	})
+}
+
+// Fail records a permanent failure: the operation stays at the head of
+// its partition (later operations of the entity wait behind it) until the
+// user retries or discards it; the entity turns failed with a readable
+// syncError.
+func (s *Store) Fail(ctx context.Context, id, owner, code, message string) error {
+	return s.update(ctx, func(tx *txw) error {
+		op, err := tx.owned(id, owner, StatePermanentFailed)
+		if err != nil {
+			return err
+		}
+		if err := tx.leaseDel(op); err != nil {
+			return err
+		}
+		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
+		op.LastErrorCode, op.LastError = code, message
+		if err := tx.setState(op, StatePermanentFailed); err != nil {
+			return err
+		}
+		if err := tx.saveOp(op); err != nil {
+			return err
+		}
+		return tx.reconcileEntity(op.AccountID, op.EntityType, op.EntityID)
+	})
+}
+
+// Retry is the user's retry of a permanently failed operation: back to
+// pending, ready at once, with its id unchanged (the server still knows
+// the key). Its entity turns pending.
+func (s *Store) Retry(ctx context.Context, id string) (Operation, error) {
+	var out Operation
+	err := s.update(ctx, func(tx *txw) error {
+		op, err := tx.loadOp(id)
+		if err != nil {
+			return err
+		}
+		if err := tx.setState(op, StatePending); err != nil {
+			return err
+		}
+		op.NextAttemptAt = tx.now
+		op.LastErrorCode, op.LastError = "", ""
+		if err := tx.readyPut(op); err != nil {
+			return err
+		}
+		if err := tx.saveOp(op); err != nil {
+			return err
+		}
+		out = *op
+		return tx.reconcileEntity(op.AccountID, op.EntityType, op.EntityID)
+	})
+	return out, err
+}
+
+// Discard is the user's decision to drop a permanently failed operation.
+// The operation row is removed. Discarding a create also removes the
+// local entity and every later operation of it, since none of them can
+// reach a server that never got the entity. Discarding an update leaves
+// the local data as it is (it may then differ from the server's until
+// the next update); discarding a delete brings the entity back.
+func (s *Store) Discard(ctx context.Context, id string) error {
+	return s.update(ctx, func(tx *txw) error {
+		op, err := tx.loadOp(id)
+		if err != nil {
+			return err
+		}
+		if op.State != StatePermanentFailed {
+			return fmt.Errorf("%w: only a permanently failed operation can be discarded; %s is %s", ErrIllegalTransition, id, op.State)
+		}
+		victims := []*Operation{op}
+		if op.Type == OpCreate {
+			if victims, err = tx.partitionOps(op.AccountID, op.EntityType, op.EntityID); err != nil {
+				return err
+			}
+		}
+		for _, v := range victims {
+			if err := tx.purgeOp(v); err != nil {
+				return err
+			}
+		}
+		e, err := tx.loadEntity(op.AccountID, op.EntityType, op.EntityID)
+		if err != nil || e == nil {
+			return err
+		}
+		switch {
+		case op.Type == OpCreate:
+			if err := tx.del(tx.b(bucketEntities), entityKey(e.AccountID, e.Type, e.ID)); err != nil {
+				return err
+			}
+			return tx.entityEvent(e, EventEntityRemoved)
+		case op.Type == OpDelete && e.Deleted:
+			e.Deleted = false
+			if err := tx.saveEntity(e); err != nil {
+				return err
+			}
+		}
+		return tx.reconcileEntity(op.AccountID, op.EntityType, op.EntityID)
+	})
+}
+
+// purgeOp removes an unfinished operation and its indexes.
+func (tx *txw) purgeOp(op *Operation) error {
+	if err := tx.finish(op); err != nil {
+		return err
+	}
+	if err := tx.count(op.State, -1); err != nil {
+		return err
+	}
+	if err := tx.del(tx.b(bucketOps), u64(op.Seq)); err != nil {
+		return err
+	}
+	if err := tx.del(tx.b(bucketOpIDs), []byte(op.ID)); err != nil {
+		return err
+	}
+	return tx.event(Event{
+		Type:        EventOperationPurged,
+		AccountID:   op.AccountID,
+		EntityType:  op.EntityType,
+		EntityID:    op.EntityID,
+		OperationID: op.ID,
+		State:       op.State,
+	})
+}

@@ -1,0 +1,239 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+)
+
+// Limits on names. They keep keys small and printable.
+const (
+	MaxEntityTypeLen  = 64
+	MaxEntityIDLen    = 128
+	MaxAccountIDLen   = 256
+	MaxOperationIDLen = 128
+)
+
+// ValidateEntityType reports whether s can name an entity type: 1 to 64
+// ASCII letters, digits, '_', '-' or '.'.
+func ValidateEntityType(s string) error {
+	if s == "" || len(s) > MaxEntityTypeLen {
+		return fmt.Errorf("%w: entity type must be 1 to %d characters", ErrInvalidWrite, MaxEntityTypeLen)
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.') {
+			return fmt.Errorf("%w: entity type %q may hold only letters, digits, '_', '-' and '.'", ErrInvalidWrite, s)
+		}
+	}
+	return nil
+}
+
+// validName checks an id: 1..max bytes of printable ASCII without '/'.
+func validName(what, s string, max int) error {
+	if s == "" || len(s) > max {
+		return fmt.Errorf("%w: %s must be 1 to %d characters", ErrInvalidWrite, what, max)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || c == '/' {
+			return fmt.Errorf("%w: %s %q may hold only printable ASCII without spaces or '/'", ErrInvalidWrite, what, s)
+		}
+	}
+	return nil
+}
+
+// ValidateEntityID reports whether s can be a local entity id.
+func ValidateEntityID(s string) error { return validName("entity id", s, MaxEntityIDLen) }
+
+// ValidateOperationID reports whether s can be an operation id (an app's
+// Idempotency-Key).
+func ValidateOperationID(s string) error { return validName("operation id", s, MaxOperationIDLen) }
+
+// ValidateAccountID reports whether s can be an account id.
+func ValidateAccountID(s string) error { return validName("account id", s, MaxAccountIDLen) }
+
+func (s *Store) validate(w *Write) error {
+	if !slices.Contains([]OpType{OpCreate, OpUpdate, OpDelete}, w.Op) {
+		return fmt.Errorf("%w: unknown operation type %q", ErrInvalidWrite, w.Op)
+	}
+	if err := ValidateAccountID(w.AccountID); err != nil {
+		return err
+	}
+	if err := ValidateEntityType(w.EntityType); err != nil {
+		return err
+	}
+	if w.EntityID != "" || w.Op != OpCreate {
+		if err := ValidateEntityID(w.EntityID); err != nil {
+			return err
+		}
+	}
+	if w.OperationID != "" {
+		if err := ValidateOperationID(w.OperationID); err != nil {
+			return err
+		}
+	}
+	if w.Op == OpDelete {
+		return nil
+	}
+	if len(w.Data) > s.cfg.MaxDataBytes {
+		return fmt.Errorf("%w: data is %d bytes, more than the limit of %d", ErrInvalidWrite, len(w.Data), s.cfg.MaxDataBytes)
+	}
+	if !isObject(w.Data) {
+		return fmt.Errorf("%w: data must be a JSON object", ErrInvalidWrite)
+	}
+	return nil
+}
+
+// Apply makes one app write durable: the entity row, its operation row
+// and every index entry, in one transaction. When Apply returns nil the
+// write is on disk (fsynced); when it returns an error nothing was
+// written.
+//
+// A create stores Data as the entity's data. An update applies Data to
+// it as an RFC 7396 JSON merge patch; its operation carries the whole
+// resulting data, so resending it is idempotent on the server. A delete
+// marks the entity deleted; reads stop returning it at once, and the row
+// goes when the delete reaches the server.
+func (s *Store) Apply(ctx context.Context, w Write) (Result, error) {
+	if err := s.validate(&w); err != nil {
+		return Result{}, err
+	}
+	if w.OperationID == "" {
+		w.OperationID = uuid.NewString()
+	}
+	if w.Op == OpCreate && w.EntityID == "" {
+		w.EntityID = uuid.NewString()
+	}
+	if w.Op != OpDelete {
+		c, err := canonicalJSON(w.Data)
+		if err != nil {
+			return Result{}, fmt.Errorf("%w: data: %v", ErrInvalidWrite, err)
+		}
+		w.Data = c
+	}
+	var res Result
+	err := s.update(ctx, func(tx *txw) error {
+		r, err := tx.apply(&w)
+		res = r
+		return err
+	})
+	return res, err
+}
+
+func (tx *txw) apply(w *Write) (Result, error) {
+	// The app's key names an operation that exists: replay or conflict.
+	if existing, err := tx.loadOp(w.OperationID); err == nil {
+		if existing.RequestFingerprint != w.RequestFingerprint || existing.AccountID != w.AccountID {
+			return Result{}, fmt.Errorf("%w: %s", ErrKeyReused, w.OperationID)
+		}
+		res := Result{Operation: *existing, Replayed: true}
+		if e, err := tx.loadEntity(existing.AccountID, existing.EntityType, existing.EntityID); err != nil {
+			return Result{}, err
+		} else if e != nil {
+			res.Entity = *e
+		}
+		return res, nil
+	}
+
+	e, err := tx.loadEntity(w.AccountID, w.EntityType, w.EntityID)
+	if err != nil {
+		return Result{}, err
+	}
+	switch {
+	case w.Op == OpCreate && e != nil:
+		return Result{}, fmt.Errorf("%w: %s/%s", ErrEntityExists, w.EntityType, w.EntityID)
+	case w.Op != OpCreate && (e == nil || e.Deleted):
+		return Result{}, fmt.Errorf("%w: %s/%s", ErrEntityNotFound, w.EntityType, w.EntityID)
+	}
+
+	now := tx.now
+	switch w.Op {
+	case OpCreate:
+		e = &Entity{
+			AccountID: w.AccountID,
+			Type:      w.EntityType,
+			ID:        w.EntityID,
+			Data:      w.Data,
+			CreatedAt: now,
+		}
+	case OpUpdate:
+		merged, err := mergePatch(e.Data, w.Data)
+		if err != nil {
+			return Result{}, fmt.Errorf("%w: %v", ErrInvalidWrite, err)
+		}
+		if len(merged) > tx.s.cfg.MaxDataBytes {
+			return Result{}, fmt.Errorf("%w: data would be %d bytes, more than the limit of %d", ErrInvalidWrite, len(merged), tx.s.cfg.MaxDataBytes)
+		}
+		e.Data = merged
+	case OpDelete:
+		e.Deleted = true
+	}
+	e.Version++
+	e.UpdatedAt = now
+	e.LastOperationID = w.OperationID
+	e.SyncState = SyncPending
+	e.SyncError = ""
+
+	seq, err := tx.b(bucketOps).NextSequence()
+	if err != nil {
+		return Result{}, err
+	}
+	op := &Operation{
+		ID:                 w.OperationID,
+		Seq:                seq,
+		AccountID:          w.AccountID,
+		Type:               w.Op,
+		EntityType:         w.EntityType,
+		EntityID:           w.EntityID,
+		PayloadVersion:     e.Version,
+		State:              StatePending,
+		NextAttemptAt:      now,
+		CreatedAt:          now,
+		RequestFingerprint: w.RequestFingerprint,
+	}
+	if w.Op != OpDelete {
+		op.Payload = e.Data
+	}
+	op.PayloadFingerprint = payloadFingerprint(op)
+
+	head, err := tx.partitionHead(w.AccountID, w.EntityType, w.EntityID)
+	if err != nil {
+		return Result{}, err
+	}
+	// A failed head keeps the entity failed until the user acts on it.
+	if head != nil && head.State == StatePermanentFailed {
+		e.SyncState, e.SyncError = SyncFailed, readableError(head)
+	}
+
+	if err := tx.saveEntity(e); err != nil {
+		return Result{}, err
+	}
+	if err := tx.saveOp(op); err != nil {
+		return Result{}, err
+	}
+	if err := tx.put(tx.b(bucketOpIDs), []byte(op.ID), u64(seq)); err != nil {
+		return Result{}, err
+	}
+	if err := tx.put(tx.b(bucketPartitions), partitionOpKey(op), nil); err != nil {
+		return Result{}, err
+	}
+	if err := tx.put(tx.b(bucketUnfinished), u64(seq), nil); err != nil {
+		return Result{}, err
+	}
+	if head == nil {
+		if err := tx.readyPut(op); err != nil {
+			return Result{}, err
+		}
+	}
+	if err := tx.count(StatePending, 1); err != nil {
+		return Result{}, err
+	}
+	if err := tx.entityEvent(e, EventEntityChanged); err != nil {
+		return Result{}, err
+	}
+	if err := tx.opEvent(op); err != nil {
+		return Result{}, err
+	}
+	return Result{Entity: *e, Operation: *op}, nil
+}

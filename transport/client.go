@@ -1,0 +1,280 @@
+package transport
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Client sends operations to the remote server and classifies the
+// outcomes. It is safe for concurrent use.
+type Client struct {
+	baseURL   string // scheme://host/path, no trailing slash
+	routes    map[string]typeRoutes
+	defaults  typeRoutes
+	timeout   time.Duration
+	hc        *http.Client
+	userAgent string
+	maxBody   int64
+	now       func() time.Time
+}
+
+// New returns a Client for cfg. It fails, wrapping ErrInvalidConfig, on a
+// BaseURL or route that cannot be used.
+func New(cfg Config) (*Client, error) {
+	base, err := parseBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		baseURL:   base.Scheme + "://" + base.Host + base.EscapedPath(),
+		routes:    make(map[string]typeRoutes, len(cfg.Routes)),
+		timeout:   cmp.Or(cfg.Timeout, DefaultTimeout),
+		userAgent: cmp.Or(cfg.UserAgent, DefaultUserAgent),
+		maxBody:   cmp.Or(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
+		now:       cfg.Now,
+	}
+	if c.timeout < 0 {
+		return nil, fmt.Errorf("Timeout %v: %w", cfg.Timeout, ErrInvalidConfig)
+	}
+	if c.maxBody < 0 {
+		return nil, fmt.Errorf("MaxResponseBytes %d: %w", cfg.MaxResponseBytes, ErrInvalidConfig)
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.defaults, err = newTypeRoutes(Routes{}); err != nil {
+		return nil, err // unreachable: the defaults are valid
+	}
+	for typ, r := range cfg.Routes {
+		tr, err := newTypeRoutes(r)
+		if err != nil {
+			return nil, fmt.Errorf("routes of %q: %w", typ, err)
+		}
+		c.routes[typ] = tr
+	}
+	if cfg.Client != nil {
+		hc := *cfg.Client
+		c.hc = &hc
+	} else {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+		c.hc = &http.Client{Transport: t}
+	}
+	c.hc.CheckRedirect = func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}
+	return c, nil
+}
+
+// CloseIdleConnections closes the idle keep-alive connections of the
+// underlying HTTP client.
+func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
+func (c *Client) routesFor(entityType string) typeRoutes {
+	if tr, ok := c.routes[entityType]; ok {
+		return tr
+	}
+	return c.defaults
+}
+
+// Send makes one attempt of r and classifies its outcome. It never
+// returns an Outcome without a Decision.
+//
+// One Send may put the request on the wire more than once: net/http's
+// Transport resends a request that carries an Idempotency-Key on a new
+// connection when a reused connection dies before any answer. The
+// server's idempotency record makes that safe; Outcome.Sends says how many
+// wire attempts there were. The daemon counts one attempt per Send.
+//
+// Config.Timeout bounds the whole exchange, reading the body included. If
+// ctx ends first, the outcome is Retry with CodeCanceled: the operation
+// may or may not have reached the server, and should simply be sent again
+// later without penalty.
+func (c *Client) Send(ctx context.Context, r Request) Outcome {
+	hr, tr, stop := c.build(r)
+	if stop != nil {
+		return *stop
+	}
+
+	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout, ErrTimeout)
+	defer cancel()
+	var sends atomic.Int32
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { sends.Add(1) },
+	})
+	hr = hr.WithContext(ctx)
+
+	resp, err := c.hc.Do(hr)
+	if err != nil {
+		o := c.failed(ctx, r, err)
+		o.Sends = int(sends.Load())
+		return o
+	}
+	body, err := readBody(resp.Body, c.maxBody)
+	resp.Body.Close()
+	readAt := c.now()
+	if err != nil {
+		// The status line came but the body did not: the answer is lost.
+		// A 2xx may have committed; the resend replays it.
+		o := c.failed(ctx, r, err)
+		o.Status = resp.StatusCode
+		o.Sends = int(sends.Load())
+		return o
+	}
+	o := c.classify(r, tr, resp, body, readAt)
+	o.Sends = int(sends.Load())
+	return o
+}
+
+// readBody reads at most max bytes of b, then drains up to a small amount
+// more so that the connection can be reused.
+func readBody(b io.Reader, max int64) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(b, max))
+	if err != nil {
+		return body, err
+	}
+	io.CopyN(io.Discard, b, 4<<10) // best effort; a huge body closes the conn
+	return body, nil
+}
+
+// failed classifies an error from sending or reading: always Retry.
+func (c *Client) failed(ctx context.Context, r Request, err error) Outcome {
+	o := Outcome{Decision: Retry, Code: CodeNetwork}
+	var ne net.Error
+	switch {
+	case context.Cause(ctx) == ErrTimeout:
+		o.Code = CodeTimeout
+		err = fmt.Errorf("%w after %v: %w", ErrTimeout, c.timeout, err)
+	case ctx.Err() != nil:
+		o.Code = CodeCanceled
+	case errors.As(err, &ne) && ne.Timeout():
+		o.Code = CodeTimeout
+	}
+	o.Err = fmt.Errorf("transport: %s %s %q (operation %q): %w", r.Op, r.EntityType, r.EntityID, r.OperationID, err)
+	o.Message = cut(err.Error())
+	return o
+}
+
+// classify turns a complete response into an Outcome.
+func (c *Client) classify(r Request, tr typeRoutes, resp *http.Response, body []byte, now time.Time) Outcome {
+	o := Outcome{
+		Status:   resp.StatusCode,
+		Body:     body,
+		Replayed: strings.EqualFold(strings.TrimSpace(resp.Header.Get("Idempotent-Replayed")), "true"),
+	}
+	retryAfter, hasRetryAfter := ParseRetryAfter(resp.Header.Get("Retry-After"), now)
+	o.RetryAfter = retryAfter
+
+	st := resp.StatusCode
+	if st >= 200 && st <= 299 {
+		if r.Op != OpCreate {
+			o.Decision, o.ServerID = Done, r.ServerID
+			return o
+		}
+		id, ok := serverID(body, tr.idField)
+		if !ok {
+			o.Decision, o.Code = Permanent, CodeInvalidResponse
+			o.Message = fmt.Sprintf("create answered %d without a server id in %q", st, strings.Join(tr.idField, "."))
+			o.Err = fmt.Errorf("operation %q: %s: %w", r.OperationID, o.Message, ErrInvalidResponse)
+			return o
+		}
+		o.Decision, o.ServerID = Done, id
+		return o
+	}
+
+	o.ServerCode, o.Message = errorBody(body)
+	switch {
+	case st == http.StatusNotFound && r.Op == OpDelete:
+		// Already gone: the effect the delete wanted holds.
+		o.Decision, o.Code, o.ServerID = Done, CodeNotFound, r.ServerID
+		return o
+	case st == http.StatusRequestTimeout:
+		o.Decision, o.Code = Retry, CodeRequestTimeout
+	case st == http.StatusTooManyRequests:
+		o.Decision, o.Code = Retry, CodeRateLimited
+	case st == http.StatusServiceUnavailable:
+		o.Decision, o.Code = Retry, CodeUnavailable
+	case st >= 500 && st <= 599:
+		o.Decision, o.Code = Retry, CodeServerError
+	case st == http.StatusConflict && (hasRetryAfter || o.ServerCode == "" || serverInFlightCodes[o.ServerCode]):
+		o.Decision, o.Code = Retry, CodeInFlight
+	case st == http.StatusUnauthorized:
+		o.Decision, o.Code = RefreshSession, CodeUnauthorized
+	case st == http.StatusForbidden:
+		o.Decision, o.Code = Permanent, CodeForbidden
+	case st == http.StatusNotFound:
+		o.Decision, o.Code = Permanent, CodeNotFound
+	case st == http.StatusUnprocessableEntity && o.ServerCode == ServerCodeKeyReused:
+		o.Decision, o.Code = Permanent, CodePayloadConflict
+	case st == http.StatusBadRequest || st == http.StatusUnprocessableEntity:
+		o.Decision, o.Code = NeedsUserAction, CodeValidation
+	case st >= 400 && st <= 499:
+		o.Decision, o.Code = NeedsUserAction, CodeRejected
+	default: // 1xx, 3xx and anything outside 100..599
+		o.Decision, o.Code = Permanent, CodeUnexpectedStatus
+	}
+	if o.Message == "" {
+		o.Message = http.StatusText(st)
+	}
+	o.Err = fmt.Errorf("operation %q: %s %s: %d %s: %w", r.OperationID, r.Op, r.EntityType, st, o.Code, ErrStatus)
+	return o
+}
+
+// serverID reads the server id at path in a JSON object body. Strings and
+// numbers are accepted (a number keeps its JSON text).
+func serverID(body []byte, path []string) (string, bool) {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return "", false
+	}
+	for _, f := range path {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		v = obj[f]
+	}
+	switch id := v.(type) {
+	case string:
+		return id, id != ""
+	case json.Number:
+		return id.String(), true
+	}
+	return "", false
+}
+
+// errorBody reads {"error":{"code","message"}}; anything else gives "".
+func errorBody(body []byte) (code, message string) {
+	var e struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return "", ""
+	}
+	return e.Error.Code, cut(e.Error.Message)
+}
+
+// cut bounds a message kept for the user.
+func cut(s string) string {
+	const max = 1 << 10
+	if len(s) <= max {
+		return s
+	}
+	return strings.ToValidUTF8(s[:max], "") + "…"
+}

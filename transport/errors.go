@@ -1,0 +1,43 @@
+package transport
+
+import "errors"
+
+// Errors of New.
+var (
+	// ErrInvalidConfig is returned by New, wrapped with the field that is
+	// wrong, when the Config cannot be used.
+	ErrInvalidConfig = errors.New("transport: invalid config")
+)
+
+// Errors carried in Outcome.Err when Send returns without sending.
+var (
+	// ErrInvalidRequest means the Request itself is malformed (no
+	// operation id, unknown op, no entity type or id, data that is not
+	// JSON). Nothing was sent; the outcome is Permanent.
+	ErrInvalidRequest = errors.New("transport: invalid request")
+
+	// ErrMissingServerID means an update or delete whose route needs the
+	// server id ({serverId}) has none: its create has not been reconciled.
+	// Nothing was sent; the outcome is Permanent with code
+	// CodeMissingServerID.
+	ErrMissingServerID = errors.New("transport: missing server id")
+
+	// ErrMissingToken means the Request has no bearer token. Nothing was
+	// sent; the outcome is RefreshSession.
+	ErrMissingToken = errors.New("transport: missing access token")
+)
+
+// Errors carried in Outcome.Err after a send.
+var (
+	// ErrTimeout means the per-request timeout (Config.Timeout) ended the
+	// exchange before a complete response was read.
+	ErrTimeout = errors.New("transport: request timed out")
+
+	// ErrInvalidResponse means the server answered a create with 2xx but
+	// the body holds no server id in the configured field.
+	ErrInvalidResponse = errors.New("transport: invalid response")
+
+	// ErrStatus wraps every outcome decided by a non-2xx status; the
+	// status, code and message are in the Outcome.
+	ErrStatus = errors.New("transport: unsuccessful status")
+)

@@ -1,0 +1,153 @@
+package transport
+
+import (
+	"strconv"
+	"time"
+)
+
+// A Decision is what the daemon should do with an operation after one
+// Send.
+type Decision int
+
+const (
+	// Done: the server holds the operation's effect (2xx, replayed or
+	// not, or a DELETE answered 404). Reconcile: server id onto the
+	// entity, entity synced, operation done. Safe to redo.
+	Done Decision = iota + 1
+
+	// Retry: the operation may not have reached the server, or the server
+	// asked to come back later. Schedule it with Policy.Next; RetryAfter
+	// is the server's floor when it gave one.
+	Retry
+
+	// RefreshSession: the token was refused (401) or missing. Pause the
+	// account and resend once a new token arrives; this is not an attempt
+	// that should count towards giving up.
+	RefreshSession
+
+	// Permanent: resending the same request cannot succeed (403, 404 on an
+	// update, 422 idempotency_key_reused, a route or response that does
+	// not fit). The operation fails; the user or operator reviews it.
+	Permanent
+
+	// NeedsUserAction: the server refused the data itself (400, 422
+	// validation, other 4xx). The operation fails; the user edits the
+	// entity, which makes a new operation, or discards it.
+	NeedsUserAction
+)
+
+var decisionNames = [...]string{
+	Done:            "done",
+	Retry:           "retry",
+	RefreshSession:  "refresh_session",
+	Permanent:       "permanent",
+	NeedsUserAction: "needs_user_action",
+}
+
+// String returns the decision's stable lower-case name, e.g. "retry".
+func (d Decision) String() string {
+	if d > 0 && int(d) < len(decisionNames) {
+		return decisionNames[d]
+	}
+	return "Decision(" + strconv.Itoa(int(d)) + ")"
+}
+
+// Stable outcome codes (Outcome.Code). They are a closed set, fit for a
+// metric label and for an operation's last_error_code. The server's own
+// error code, which is not a closed set, is in Outcome.ServerCode.
+const (
+	// Retry.
+	CodeNetwork        = "network"         // dial, write or read failed; connection reset or closed
+	CodeTimeout        = "timeout"         // Config.Timeout or a net timeout ended the exchange
+	CodeCanceled       = "canceled"        // the caller's context ended (daemon stopping)
+	CodeRequestTimeout = "request_timeout" // 408
+	CodeRateLimited    = "rate_limited"    // 429
+	CodeUnavailable    = "unavailable"     // 503
+	CodeServerError    = "server_error"    // other 5xx
+	CodeInFlight       = "in_flight"       // 409: the same key is still being processed
+
+	// RefreshSession.
+	CodeUnauthorized = "unauthorized"  // 401
+	CodeMissingToken = "missing_token" // Request.Token empty; nothing sent
+
+	// Permanent.
+	CodeForbidden        = "forbidden"         // 403
+	CodeNotFound         = "not_found"         // 404 on create or update (Done on delete)
+	CodePayloadConflict  = "payload_conflict"  // 422 idempotency_key_reused
+	CodeMissingServerID  = "missing_server_id" // route needs {serverId}, Request has none; nothing sent
+	CodeInvalidRequest   = "invalid_request"   // malformed Request; nothing sent
+	CodeInvalidResponse  = "invalid_response"  // 2xx create without a server id
+	CodeUnexpectedStatus = "unexpected_status" // 1xx or 3xx (redirects are not followed)
+
+	// NeedsUserAction.
+	CodeValidation = "validation" // 400, 422 other than idempotency_key_reused
+	CodeRejected   = "rejected"   // any other 4xx (405, 410, 413, 415, ...)
+)
+
+// Server error codes with a meaning for the protocol.
+const (
+	// ServerCodeKeyReused is the 422 code of a key reused with another
+	// payload.
+	ServerCodeKeyReused = "idempotency_key_reused"
+)
+
+// serverInFlightCodes are error codes a 409 may carry for "the same key is
+// still being processed". A 409 without a code, or with a Retry-After, is
+// taken as in flight too (IETF Idempotency-Key draft, Stripe).
+var serverInFlightCodes = map[string]bool{
+	"idempotency_key_in_flight":   true,
+	"idempotency_key_in_use":      true,
+	"idempotency_key_in_progress": true,
+	"in_flight":                   true,
+	"in_progress":                 true,
+	"request_in_progress":         true,
+	"processing":                  true,
+}
+
+// Outcome is the result of one Send, classified.
+type Outcome struct {
+	// Decision is what to do next. Always set.
+	Decision Decision
+
+	// Code is a stable code (the Code* constants); empty for a plain
+	// success. A DELETE answered 404 is Done with CodeNotFound.
+	Code string
+
+	// Status is the HTTP status, 0 if no response was read.
+	Status int
+
+	// ServerID is the server's id of the entity: read from a create's
+	// response (Routes.IDField), or Request.ServerID for update and
+	// delete. Set only when Decision is Done.
+	ServerID string
+
+	// Replayed is true when the server answered with
+	// "Idempotent-Replayed: true": the answer of an earlier attempt.
+	Replayed bool
+
+	// RetryAfter is the server's Retry-After, as a duration from when the
+	// response was read; 0 if it sent none (or a date in the past).
+	RetryAfter time.Duration
+
+	// ServerCode and Message are the server's error code and message from
+	// an {"error":{"code","message"}} body; Message may instead describe
+	// a local failure. Message is cut to 1 KiB.
+	ServerCode string
+	Message    string
+
+	// Body is the response body, at most Config.MaxResponseBytes of it.
+	Body []byte
+
+	// Err describes every outcome that is not Done; it wraps one of the
+	// package's sentinel errors or the net/http or context error.
+	Err error
+
+	// Sends counts how many times net/http wrote the request onto a
+	// connection during this Send (httptrace WroteRequest, failed writes
+	// included). 0 means the server cannot have seen it (e.g. dial
+	// refused, or nothing was sent). More than 1 means net/http resent it
+	// by itself on a new connection after a reused one died before any
+	// answer, which it does for requests carrying an Idempotency-Key. The
+	// server's idempotency record makes that safe.
+	Sends int
+}

@@ -1,0 +1,181 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Operation kinds of Request.Op.
+const (
+	OpCreate = "create"
+	OpUpdate = "update"
+	OpDelete = "delete"
+)
+
+// Request is one attempt of one operation. The daemon builds it from a
+// queue operation at send time.
+type Request struct {
+	// OperationID is the operation's id, fixed when the user's intent
+	// was made; it is sent as the Idempotency-Key of every attempt.
+	OperationID string
+
+	// Op is OpCreate, OpUpdate or OpDelete.
+	Op string
+
+	// EntityType selects the routes and fills {type}.
+	EntityType string
+
+	// EntityID is the entity's local id: the create body's clientId and
+	// {clientId} in a route.
+	EntityID string
+
+	// ServerID is the id the server gave the entity, read from the
+	// entity row at send time. Needed by routes with {serverId} (the
+	// default update and delete routes).
+	ServerID string
+
+	// Data is the entity's full data (JSON), sent by create and update.
+	Data json.RawMessage
+
+	// PayloadVersion is sent by create and update as payloadVersion.
+	PayloadVersion int64
+
+	// Token is the bearer token of the operation's account, taken from
+	// the current session, never from the payload.
+	Token string
+}
+
+// createBody and updateBody are the request bodies of DESIGN.md's remote
+// protocol.
+type createBody struct {
+	ClientID       string          `json:"clientId"`
+	Data           json.RawMessage `json:"data"`
+	PayloadVersion int64           `json:"payloadVersion"`
+}
+
+type updateBody struct {
+	Data           json.RawMessage `json:"data"`
+	PayloadVersion int64           `json:"payloadVersion"`
+}
+
+// invalid is the Outcome of a Request that is not sent.
+func invalid(d Decision, code string, err error) Outcome {
+	return Outcome{Decision: d, Code: code, Message: err.Error(), Err: err}
+}
+
+// build turns r into an HTTP request, or returns the Outcome that stops it
+// before sending.
+func (c *Client) build(r Request) (*http.Request, typeRoutes, *Outcome) {
+	bad := func(format string, args ...any) (*http.Request, typeRoutes, *Outcome) {
+		o := invalid(Permanent, CodeInvalidRequest,
+			fmt.Errorf("operation %q: "+format+": %w", append([]any{r.OperationID}, append(args, ErrInvalidRequest)...)...))
+		return nil, typeRoutes{}, &o
+	}
+	if r.OperationID == "" {
+		return bad("no operation id")
+	}
+	if r.EntityType == "" || r.EntityID == "" {
+		return bad("no entity type or entity id")
+	}
+	if !validHeaderValue(r.OperationID) {
+		return bad("operation id is not a valid header value")
+	}
+	if !validHeaderValue(r.Token) {
+		return bad("token is not a valid header value")
+	}
+	if r.Token == "" {
+		o := invalid(RefreshSession, CodeMissingToken, fmt.Errorf("operation %q: %w", r.OperationID, ErrMissingToken))
+		return nil, typeRoutes{}, &o
+	}
+	tr := c.routesFor(r.EntityType)
+	var (
+		rt   route
+		body any
+	)
+	switch r.Op {
+	case OpCreate:
+		rt, body = tr.create, createBody{ClientID: r.EntityID, Data: r.Data, PayloadVersion: r.PayloadVersion}
+	case OpUpdate:
+		rt, body = tr.update, updateBody{Data: r.Data, PayloadVersion: r.PayloadVersion}
+	case OpDelete:
+		rt = tr.delete
+	default:
+		return bad("unknown op %q", r.Op)
+	}
+	if rt.needsServer && r.ServerID == "" {
+		o := invalid(Permanent, CodeMissingServerID,
+			fmt.Errorf("operation %q: %s %s %q: %w", r.OperationID, r.Op, r.EntityType, r.EntityID, ErrMissingServerID))
+		return nil, typeRoutes{}, &o
+	}
+
+	var payload []byte
+	if body != nil {
+		if len(r.Data) == 0 {
+			return bad("%s without data", r.Op)
+		}
+		var err error
+		if payload, err = json.Marshal(body); err != nil {
+			return bad("data: %v", err)
+		}
+	}
+
+	target := c.baseURL + expand(rt.path, r)
+	hr, err := http.NewRequest(rt.method, target, nil)
+	if err != nil {
+		return bad("url %q: %v", target, err)
+	}
+	if payload != nil {
+		// GetBody makes the body rewindable, so a resend by net/http on a
+		// new connection carries the same bytes.
+		hr.GetBody = func() (io.ReadCloser, error) {
+			return io.NopCloser(bytes.NewReader(payload)), nil
+		}
+		hr.Body, _ = hr.GetBody()
+		hr.ContentLength = int64(len(payload))
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	hr.Header.Set("Accept", "application/json")
+	hr.Header.Set("User-Agent", c.userAgent)
+	hr.Header.Set("Idempotency-Key", r.OperationID)
+	hr.Header.Set("Authorization", "Bearer "+r.Token)
+	return hr, tr, nil
+}
+
+// expand fills a route path's placeholders with path-escaped values.
+func expand(path string, r Request) string {
+	return strings.NewReplacer(
+		"{type}", escapeSegment(r.EntityType),
+		"{serverId}", escapeSegment(r.ServerID),
+		"{clientId}", escapeSegment(r.EntityID),
+	).Replace(path)
+}
+
+// escapeSegment escapes s as one path segment. url.PathEscape leaves dots
+// alone, so the segments "." and ".." are escaped by hand: a server would
+// otherwise clean them away and address another resource.
+func escapeSegment(s string) string {
+	switch s {
+	case ".":
+		return "%2E"
+	case "..":
+		return "%2E%2E"
+	}
+	return url.PathEscape(s)
+}
+
+// validHeaderValue reports whether net/http will send s as a header value:
+// no control characters other than tab. An id or token net/http refuses
+// would otherwise fail every attempt as a network error.
+func validHeaderValue(s string) bool {
+	for _, c := range []byte(s) {
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}

@@ -18,9 +18,13 @@
 //     Authorization: Bearer <token>. The token is the one the daemon puts
 //     in Request.Token from the current session of the operation's
 //     account, never one from the payload.
-//   - Classification. Every Send returns an Outcome whose Decision is one
-//     of Done, Retry, RefreshSession, Permanent, NeedsUserAction, with a
-//     stable Code:
+//   - A per-request timeout (Config.Timeout) over the whole exchange.
+//   - Classification, below.
+//
+// # Classification
+//
+// Every Send returns an Outcome whose Decision is one of Done, Retry,
+// RefreshSession, Permanent, NeedsUserAction, with a stable Code:
 //
 //	network error, reset, timeout         Retry          network, timeout
 //	caller's ctx ended                    Retry          canceled

@@ -1,0 +1,36 @@
+package idempotency
+
+import "errors"
+
+// Configuration errors, returned by New and NewSweeper.
+var (
+	// ErrNoStore means Config.Store is nil.
+	ErrNoStore = errors.New("idempotency: no store configured")
+	// ErrNoActor means Config.Actor is nil.
+	ErrNoActor = errors.New("idempotency: no actor function configured")
+)
+
+// Store errors.
+var (
+	// ErrInFlight is returned by Tx.Reserve when another request holds the
+	// same (actor, key) and did not finish within the store's wait. The
+	// gate answers 409 with Retry-After.
+	ErrInFlight = errors.New("idempotency: request with this key is in flight")
+	// ErrNotReserved is returned by Tx.Complete when the transaction did
+	// not reserve the record it is asked to complete.
+	ErrNotReserved = errors.New("idempotency: record not reserved in this transaction")
+	// ErrTxDone is returned when a finished transaction is used again.
+	ErrTxDone = errors.New("idempotency: transaction already committed or rolled back")
+)
+
+// Error codes the gate writes in {"error":{"code":...}} bodies. Clients
+// switch on them; they never change.
+const (
+	CodeKeyMissing   = "idempotency_key_missing" // 400: unsafe method without Idempotency-Key
+	CodeKeyInvalid   = "idempotency_key_invalid" // 400: key empty after unquoting or longer than MaxKeyLength
+	CodeKeyReused    = "idempotency_key_reused"  // 422: same key, other fingerprint
+	CodeInFlight     = "idempotency_in_flight"   // 409: same key still being processed; see Retry-After
+	CodeTooLarge     = "too_large"               // 413: body over Config.MaxBodyBytes
+	CodeUnauthorized = "unauthorized"            // 401: Config.Actor failed
+	CodeInternal     = "internal"                // 500: the store failed
+)

@@ -1,0 +1,705 @@
+// Package idempotencytest is the conformance suite for idempotency.Store
+// implementations, run against boltstore and pgstore, and usable for any
+// other store: build a Harness per test and call Run.
+//
+// The suite drives a real idempotency.Gate over HTTP on loopback in front
+// of a test handler whose one domain effect (Harness.Effect) is written in
+// the gated request's transaction, and checks the protocol: one effect
+// per key however often and however concurrently it is sent, identical
+// answers, 422 on a reused key, 400 on a missing key, nothing stored for
+// a failing handler, expiry and sweeping.
+package idempotencytest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/syncd/syncd/idempotency"
+	"pgregory.net/rapid"
+)
+
+// Harness connects the suite to one fresh, empty store.
+type Harness struct {
+	Store idempotency.Store
+	// Effect performs one domain write tagged tag inside the gated
+	// request's transaction, which it finds in ctx.
+	Effect func(ctx context.Context, tag string) error
+	// Effects counts the committed domain writes tagged tag.
+	Effects func(ctx context.Context, tag string) (int, error)
+	// Record returns the committed record for (actor, key), or nil.
+	Record func(ctx context.Context, actor, key string) (*idempotency.Record, error)
+}
+
+// Run runs the suite. newHarness is called once per subtest and must
+// return a harness on a store no other subtest uses.
+func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, e *env)
+	}{
+		{"FirstRunThenReplay", testReplay},
+		{"KeyReusedWithOtherBody", testKeyReused},
+		{"MissingOrInvalidKey", testMissingKey},
+		{"FingerprintIgnoresFormattingAndMetadata", testFingerprintCanonical},
+		{"ActorScopesKeys", testActorScope},
+		{"FailingHandlerStoresNothing", testHandlerFails},
+		{"PanickingHandlerStoresNothing", testHandlerPanics},
+		{"ClientErrorIsStored", testClientErrorIsStored},
+		{"ConcurrentDuplicates5", func(t *testing.T, e *env) { testConcurrent(t, e, 5) }},
+		{"ConcurrentDuplicates50", func(t *testing.T, e *env) { testConcurrent(t, e, 50) }},
+		{"InFlightAnswers409", testInFlight},
+		{"ReplicaDuplicateReplays", testReplicaDuplicate},
+		{"AnyOrderAcrossTime", testAnyOrder},
+		{"ExpiryAndSweep", testExpiry},
+		{"TxContract", testTxContract},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.fn(t, setup(t, newHarness(t)))
+		})
+	}
+}
+
+// env is one subtest's gate, test handler and HTTP server.
+type env struct {
+	h      Harness
+	clock  *Clock
+	url    string
+	client *http.Client
+	// hook, when set, runs in the handler after the effect and may
+	// replace the answer: a status > 0 is written instead of 201.
+	hook atomic.Pointer[func(r *http.Request) int]
+	cfg  idempotency.Config
+	seq  atomic.Int64
+}
+
+// Clock is a settable clock for Config.Now.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{now: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func setup(t *testing.T, h Harness) *env {
+	t.Helper()
+	e := &env{h: h, clock: NewClock(time.Date(2026, 1, 13, 0, 10, 0, 0, time.UTC))}
+	e.cfg = idempotency.Config{
+		Store:        h.Store,
+		Actor:        func(r *http.Request) (string, error) { return r.Header.Get("X-Actor"), nil },
+		Now:          e.clock.Now,
+		InFlightWait: time.Minute, // duplicates wait for the first and replay
+	}
+	srv := httptest.NewServer(e.gate(t, e.cfg))
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	e.client = &http.Client{Transport: tr}
+	e.url = srv.URL
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		srv.Close()
+	})
+	return e
+}
+
+// gate returns the test handler behind a gate made from cfg.
+func (e *env) gate(t *testing.T, cfg idempotency.Config) http.Handler {
+	t.Helper()
+	g, err := idempotency.New(cfg)
+	if err != nil {
+		t.Fatalf("idempotency.New: %v", err)
+	}
+	return g.Wrap(http.HandlerFunc(e.handle))
+}
+
+// handle is the test domain: it writes one effect tagged with the body's
+// "tag" and answers 201 with a nonce, so two executions never answer the
+// same body.
+func (e *env) handle(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Tag string `json:"tag"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Tag == "" {
+		idempotency.WriteError(w, r, http.StatusBadRequest, "validation", "body needs a tag")
+		return
+	}
+	if err := e.h.Effect(r.Context(), in.Tag); err != nil {
+		idempotency.WriteError(w, r, http.StatusInternalServerError, "internal", err.Error())
+		return
+	}
+	if hp := e.hook.Load(); hp != nil {
+		if status := (*hp)(r); status > 0 {
+			idempotency.WriteError(w, r, status, "hooked", "answer chosen by the test hook")
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", "/things/"+in.Tag)
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"tag":%q,"nonce":%q,"run":%d}`, in.Tag, newID(), e.seq.Add(1))
+}
+
+func (e *env) setHook(fn func(r *http.Request) int) { e.hook.Store(&fn) }
+
+type response struct {
+	status   int
+	body     string
+	header   http.Header
+	replayed bool
+}
+
+func (e *env) send(t tb, url, actor, key, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewBufferString(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Actor", actor)
+	if key != "" {
+		req.Header.Set(idempotency.HeaderKey, key)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{resp.StatusCode, string(b), resp.Header, resp.Header.Get(idempotency.HeaderReplayed) == "true"}
+}
+
+func (e *env) post(t tb, actor, key, body string) response {
+	t.Helper()
+	return e.send(t, e.url+"/things", actor, key, body)
+}
+
+func (e *env) effects(t tb, tag string) int {
+	t.Helper()
+	n, err := e.h.Effects(context.Background(), tag)
+	if err != nil {
+		t.Fatalf("Effects(%q): %v", tag, err)
+	}
+	return n
+}
+
+func (e *env) record(t tb, actor, key string) *idempotency.Record {
+	t.Helper()
+	rec, err := e.h.Record(context.Background(), actor, key)
+	if err != nil {
+		t.Fatalf("Record: %v", err)
+	}
+	return rec
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func errorCode(t tb, body string) string {
+	t.Helper()
+	var e struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
+		t.Fatalf("error body %q is not {\"error\":{\"code\",\"message\"}}", body)
+	}
+	return e.Error.Code
+}
+
+func testReplay(t *testing.T, e *env) {
+	key, tag := newID(), newID()
+	body := `{"tag":"` + tag + `"}`
+	first := e.post(t, "alice", key, body)
+	if first.status != http.StatusCreated || first.replayed {
+		t.Fatalf("first send: %d replayed=%v %s", first.status, first.replayed, first.body)
+	}
+	for i := range 3 {
+		again := e.post(t, "alice", key, body)
+		if again.status != first.status || again.body != first.body || !again.replayed {
+			t.Fatalf("send %d: %d %q replayed=%v, want replay of %d %q", i+2, again.status, again.body, again.replayed, first.status, first.body)
+		}
+		if got, want := again.header.Get("Location"), first.header.Get("Location"); got != want {
+			t.Fatalf("replayed Location %q, want %q", got, want)
+		}
+		if got := again.header.Get("Content-Type"); got != "application/json" {
+			t.Fatalf("replayed Content-Type %q", got)
+		}
+	}
+	if n := e.effects(t, tag); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+	rec := e.record(t, "alice", key)
+	if rec == nil || rec.Status != idempotency.StatusCompleted || rec.ResponseStatus != http.StatusCreated || string(rec.ResponseBody) != first.body {
+		t.Fatalf("stored record = %+v", rec)
+	}
+	if want := e.clock.Now().Add(idempotency.DefaultRetention); !rec.ExpiresAt.Equal(want) {
+		t.Fatalf("ExpiresAt = %v, want %v", rec.ExpiresAt, want)
+	}
+}
+
+func testKeyReused(t *testing.T, e *env) {
+	key, tag, other := newID(), newID(), newID()
+	if r := e.post(t, "alice", key, `{"tag":"`+tag+`"}`); r.status != http.StatusCreated {
+		t.Fatalf("first send: %d %s", r.status, r.body)
+	}
+	for _, body := range []string{`{"tag":"` + other + `"}`, `{"tag":"` + tag + `","extra":1}`} {
+		r := e.post(t, "alice", key, body)
+		if r.status != http.StatusUnprocessableEntity || errorCode(t, r.body) != idempotency.CodeKeyReused {
+			t.Fatalf("reused key with %s: %d %s", body, r.status, r.body)
+		}
+	}
+	// The same body on another route is another request too.
+	r := e.send(t, e.url+"/other", "alice", key, `{"tag":"`+tag+`"}`)
+	if r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("reused key on another route: %d %s", r.status, r.body)
+	}
+	if n, m := e.effects(t, tag), e.effects(t, other); n != 1 || m != 0 {
+		t.Fatalf("effects = %d, %d; want 1, 0", n, m)
+	}
+}
+
+func testMissingKey(t *testing.T, e *env) {
+	tag := newID()
+	long := string(bytes.Repeat([]byte("k"), idempotency.MaxKeyLength+1))
+	tests := []struct {
+		name, key, code string
+	}{
+		{"missing", "", idempotency.CodeKeyMissing},
+		{"too long", long, idempotency.CodeKeyInvalid},
+		{"empty quoted", `""`, idempotency.CodeKeyInvalid},
+	}
+	for _, tt := range tests {
+		r := e.post(t, "alice", tt.key, `{"tag":"`+tag+`"}`)
+		if r.status != http.StatusBadRequest || errorCode(t, r.body) != tt.code {
+			t.Errorf("%s key: %d %s, want 400 %s", tt.name, r.status, r.body, tt.code)
+		}
+	}
+	if n := e.effects(t, tag); n != 0 {
+		t.Fatalf("effects = %d, want 0", n)
+	}
+	// A GET passes through ungated (the handler rejects its empty body).
+	req, _ := http.NewRequest(http.MethodGet, e.url+"/things", nil)
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || resp.Header.Get(idempotency.HeaderReplayed) != "" {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+}
+
+func testFingerprintCanonical(t *testing.T, e *env) {
+	key, tag := newID(), newID()
+	first := e.post(t, "alice", key, `{"tag":"`+tag+`","n":1,"sentAt":"09:10:03"}`)
+	if first.status != http.StatusCreated {
+		t.Fatalf("first: %d %s", first.status, first.body)
+	}
+	// Other key order, whitespace, escapes, other attempt metadata, and
+	// the IETF draft's quoted form of the key: the same request.
+	again := e.post(t, "alice", `"`+key+`"`, " {\n \"n\": 1, \"traceId\": \"t2\", \"tag\": \"\\u0"+fmt.Sprintf("%03x", tag[0])+tag[1:]+"\", \"sentAt\": \"09:11:10\"}")
+	if again.status != http.StatusCreated || !again.replayed || again.body != first.body {
+		t.Fatalf("equivalent request: %d replayed=%v %s", again.status, again.replayed, again.body)
+	}
+}
+
+func testActorScope(t *testing.T, e *env) {
+	key, tag := newID(), newID()
+	body := `{"tag":"` + tag + `"}`
+	a, b := e.post(t, "alice", key, body), e.post(t, "bob", key, body)
+	if a.status != http.StatusCreated || b.status != http.StatusCreated || b.replayed || a.body == b.body {
+		t.Fatalf("alice %d %s, bob %d replayed=%v %s", a.status, a.body, b.status, b.replayed, b.body)
+	}
+	if n := e.effects(t, tag); n != 2 {
+		t.Fatalf("effects = %d, want 2 (one per actor)", n)
+	}
+}
+
+func testHandlerFails(t *testing.T, e *env) {
+	key, tag := newID(), newID()
+	body := `{"tag":"` + tag + `"}`
+	for _, status := range []int{http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusTooManyRequests} {
+		e.setHook(func(*http.Request) int { return status })
+		if r := e.post(t, "alice", key, body); r.status != status || r.replayed {
+			t.Fatalf("failing handler: %d %s, want %d", r.status, r.body, status)
+		}
+		if n := e.effects(t, tag); n != 0 {
+			t.Fatalf("after a %d: effects = %d, want 0 (rolled back)", status, n)
+		}
+		if rec := e.record(t, "alice", key); rec != nil {
+			t.Fatalf("after a %d: record %+v stored", status, rec)
+		}
+	}
+	e.setHook(func(*http.Request) int { return 0 })
+	first := e.post(t, "alice", key, body)
+	second := e.post(t, "alice", key, body)
+	if first.status != http.StatusCreated || first.replayed || !second.replayed || second.body != first.body {
+		t.Fatalf("retries: %d %v %s / %d %v %s", first.status, first.replayed, first.body, second.status, second.replayed, second.body)
+	}
+	if n := e.effects(t, tag); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+}
+
+func testHandlerPanics(t *testing.T, e *env) {
+	key, tag := newID(), newID()
+	body := `{"tag":"` + tag + `"}`
+	e.setHook(func(*http.Request) int { panic(http.ErrAbortHandler) })
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/things", bytes.NewBufferString(body))
+	req.Header.Set(idempotency.HeaderKey, key)
+	req.Header.Set("X-Actor", "alice")
+	if resp, err := e.client.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("panicking handler answered %d", resp.StatusCode)
+	}
+	e.setHook(func(*http.Request) int { return 0 })
+	// The transaction was rolled back: nothing stored, and the store is
+	// usable (for bbolt: the writer lock was released).
+	if r := e.post(t, "alice", key, body); r.status != http.StatusCreated || r.replayed {
+		t.Fatalf("after panic: %d replayed=%v %s", r.status, r.replayed, r.body)
+	}
+	if n := e.effects(t, tag); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+}
+
+func testClientErrorIsStored(t *testing.T, e *env) {
+	key, tag := newID(), newID()
+	body := `{"tag":"` + tag + `"}`
+	e.setHook(func(*http.Request) int { return http.StatusBadRequest })
+	first := e.post(t, "alice", key, body)
+	e.setHook(func(*http.Request) int { return 0 })
+	again := e.post(t, "alice", key, body)
+	if first.status != http.StatusBadRequest || again.status != http.StatusBadRequest || !again.replayed || again.body != first.body {
+		t.Fatalf("4xx answer: first %d %s, again %d replayed=%v %s", first.status, first.body, again.status, again.replayed, again.body)
+	}
+}
+
+// testConcurrent is the article's property test: the same operation sent
+// n times at once has one effect and every answer is the same.
+func testConcurrent(t *testing.T, e *env, n int) {
+	for round := range 3 {
+		key, tag := newID(), newID()
+		body := `{"tag":"` + tag + `"}`
+		resps := make([]response, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				resps[i] = e.post(goTB{t}, "alice", key, body)
+			})
+		}
+		close(start)
+		wg.Wait()
+		executed := 0
+		for i, r := range resps {
+			if r.status != http.StatusCreated || r.body != resps[0].body {
+				t.Fatalf("round %d: response %d is %d %s, want 201 %s", round, i, r.status, r.body, resps[0].body)
+			}
+			if !r.replayed {
+				executed++
+			}
+		}
+		if executed != 1 {
+			t.Fatalf("round %d: %d responses not replayed, want 1", round, executed)
+		}
+		if got := e.effects(t, tag); got != 1 {
+			t.Fatalf("round %d: effects = %d, want 1", round, got)
+		}
+	}
+}
+
+func testInFlight(t *testing.T, e *env) {
+	// A gate that does not wait for a duplicate in flight.
+	cfg := e.cfg
+	cfg.InFlightWait = -1
+	cfg.RetryAfter = 2500 * time.Millisecond
+	srv := httptest.NewServer(e.gate(t, cfg))
+	defer srv.Close()
+
+	key, tag := newID(), newID()
+	body := `{"tag":"` + tag + `"}`
+	entered, release := make(chan struct{}), make(chan struct{})
+	e.setHook(func(*http.Request) int {
+		close(entered)
+		<-release
+		return 0
+	})
+	firstDone := make(chan response, 1)
+	go func() { firstDone <- e.send(goTB{t}, srv.URL+"/things", "alice", key, body) }()
+	<-entered
+	dup := e.send(t, srv.URL+"/things", "alice", key, body)
+	close(release)
+	first := <-firstDone
+	if dup.status != http.StatusConflict || errorCode(t, dup.body) != idempotency.CodeInFlight || dup.header.Get("Retry-After") != "3" {
+		t.Fatalf("duplicate in flight: %d Retry-After=%q %s", dup.status, dup.header.Get("Retry-After"), dup.body)
+	}
+	if first.status != http.StatusCreated {
+		t.Fatalf("first: %d %s", first.status, first.body)
+	}
+	if r := e.send(t, srv.URL+"/things", "alice", key, body); !r.replayed || r.body != first.body {
+		t.Fatalf("after completion: %d replayed=%v", r.status, r.replayed)
+	}
+	if n := e.effects(t, tag); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+}
+
+// testReplicaDuplicate sends a duplicate through a second gate on the
+// same store (another replica: it shares no in-process state) while the
+// first request is in its handler. The store must hold the duplicate
+// until the first commits and then replay it, or answer 409.
+func testReplicaDuplicate(t *testing.T, e *env) {
+	replica := httptest.NewServer(e.gate(t, e.cfg))
+	defer replica.Close()
+
+	key, tag := newID(), newID()
+	body := `{"tag":"` + tag + `"}`
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.setHook(func(*http.Request) int {
+		once.Do(func() { close(entered) })
+		<-release
+		return 0
+	})
+	firstDone := make(chan response, 1)
+	go func() { firstDone <- e.post(goTB{t}, "alice", key, body) }()
+	<-entered
+	dupDone := make(chan response, 1)
+	go func() { dupDone <- e.send(goTB{t}, replica.URL+"/things", "alice", key, body) }()
+	close(release)
+	first, dup := <-firstDone, <-dupDone
+	if first.status != http.StatusCreated || first.replayed {
+		t.Fatalf("first: %d replayed=%v %s", first.status, first.replayed, first.body)
+	}
+	switch {
+	case dup.status == http.StatusConflict && errorCode(t, dup.body) == idempotency.CodeInFlight:
+	case dup.status == http.StatusCreated && dup.replayed && dup.body == first.body:
+	default:
+		t.Fatalf("duplicate on the replica: %d replayed=%v %s", dup.status, dup.replayed, dup.body)
+	}
+	if n := e.effects(t, tag); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+}
+
+// testAnyOrder: several operations, each sent any number of times in any
+// interleaving, spread over days within the retention: one effect per
+// operation and every answer to an operation is its first answer.
+func testAnyOrder(t *testing.T, e *env) {
+	rapid.Check(t, func(rt *rapid.T) {
+		nops := rapid.IntRange(1, 4).Draw(rt, "ops")
+		keys, tags := make([]string, nops), make([]string, nops)
+		for i := range nops {
+			keys[i], tags[i] = newID(), newID()
+		}
+		sends := rapid.SliceOfN(rapid.IntRange(0, nops-1), 1, 20).Draw(rt, "sends")
+		firsts := make([]*response, nops)
+		for i, op := range sends {
+			e.clock.Advance(time.Duration(rapid.Int64Range(0, int64(8*time.Hour)).Draw(rt, fmt.Sprintf("wait%d", i))))
+			r := e.post(rt, "alice", keys[op], `{"tag":"`+tags[op]+`"}`)
+			if firsts[op] == nil {
+				if r.status != http.StatusCreated || r.replayed {
+					rt.Fatalf("first send of op %d: %d replayed=%v %s", op, r.status, r.replayed, r.body)
+				}
+				firsts[op] = &r
+				continue
+			}
+			if r.status != firsts[op].status || r.body != firsts[op].body || !r.replayed {
+				rt.Fatalf("send %d of op %d: %d replayed=%v %s, want replay of %s", i, op, r.status, r.replayed, r.body, firsts[op].body)
+			}
+		}
+		for op := range nops {
+			want := 0
+			if firsts[op] != nil {
+				want = 1
+			}
+			if n := e.effects(rt, tags[op]); n != want {
+				rt.Fatalf("op %d: effects = %d, want %d", op, n, want)
+			}
+		}
+	})
+}
+
+func testExpiry(t *testing.T, e *env) {
+	ctx := context.Background()
+	key, tag := newID(), newID()
+	body := `{"tag":"` + tag + `"}`
+	first := e.post(t, "alice", key, body)
+	if first.status != http.StatusCreated {
+		t.Fatalf("first: %d %s", first.status, first.body)
+	}
+	if n, err := e.h.Store.Sweep(ctx, e.clock.Now().Add(idempotency.DefaultRetention-time.Nanosecond)); err != nil || n != 0 {
+		t.Fatalf("sweep before expiry: %d, %v", n, err)
+	}
+	e.clock.Advance(idempotency.DefaultRetention - time.Nanosecond)
+	if r := e.post(t, "alice", key, body); !r.replayed || r.body != first.body {
+		t.Fatalf("just before expiry: %d replayed=%v", r.status, r.replayed)
+	}
+	// At expiry the record counts as gone even before a sweep: the key
+	// runs again.
+	e.clock.Advance(time.Nanosecond)
+	second := e.post(t, "alice", key, body)
+	if second.status != http.StatusCreated || second.replayed || second.body == first.body {
+		t.Fatalf("at expiry: %d replayed=%v %s", second.status, second.replayed, second.body)
+	}
+	if n := e.effects(t, tag); n != 2 {
+		t.Fatalf("effects = %d, want 2", n)
+	}
+	// Sweep through a Sweeper on the same clock.
+	other := newID()
+	if r := e.post(t, "bob", other, `{"tag":"`+newID()+`"}`); r.status != http.StatusCreated {
+		t.Fatalf("bob: %d", r.status)
+	}
+	e.clock.Advance(idempotency.DefaultRetention)
+	sw, err := idempotency.NewSweeper(idempotency.SweeperConfig{Store: e.h.Store, Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := sw.RunOnce(ctx); err != nil || n != 2 {
+		t.Fatalf("sweep: %d, %v; want 2", n, err)
+	}
+	if rec := e.record(t, "alice", key); rec != nil {
+		t.Fatalf("swept record still there: %+v", rec)
+	}
+	if rec := e.record(t, "bob", other); rec != nil {
+		t.Fatalf("swept record still there: %+v", rec)
+	}
+	if n, err := sw.RunOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("second sweep: %d, %v", n, err)
+	}
+	// The loop starts, sweeps and stops; Stop is safe twice.
+	if err := sw.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sw.Stop(ctx)
+	sw.Stop(ctx)
+}
+
+func testTxContract(t *testing.T, e *env) {
+	ctx := context.Background()
+	now := e.clock.Now()
+	rec := &idempotency.Record{Actor: "alice", Key: newID(), Operation: "test", Fingerprint: idempotency.Fingerprint("POST", "/", nil, nil),
+		Status: idempotency.StatusProcessing, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+
+	tx, err := e.h.Store.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Complete(ctx, rec); err != idempotency.ErrNotReserved {
+		t.Fatalf("Complete without Reserve: %v, want ErrNotReserved", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatalf("second Rollback: %v", err)
+	}
+
+	tx, err = e.h.Store.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old, err := tx.Reserve(ctx, rec, now); err != nil || old != nil {
+		t.Fatalf("Reserve: %+v, %v", old, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.record(t, "alice", rec.Key); got != nil {
+		t.Fatalf("rolled back reservation visible: %+v", got)
+	}
+
+	tx, err = e.h.Store.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old, err := tx.Reserve(ctx, rec, now); err != nil || old != nil {
+		t.Fatalf("Reserve: %+v, %v", old, err)
+	}
+	done := *rec
+	done.Status, done.ResponseStatus, done.ResponseBody, done.CompletedAt = idempotency.StatusCompleted, 204, nil, now
+	done.ResponseHeader = http.Header{"X-Test": {"1"}}
+	if err := tx.Complete(ctx, &done); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != idempotency.ErrTxDone {
+		t.Fatalf("second Commit: %v, want ErrTxDone", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatalf("Rollback after Commit: %v", err)
+	}
+	got := e.record(t, "alice", rec.Key)
+	if got == nil || got.Status != idempotency.StatusCompleted || got.ResponseStatus != 204 || got.Fingerprint != rec.Fingerprint ||
+		got.Operation != "test" || got.ResponseHeader.Get("X-Test") != "1" || len(got.ResponseBody) != 0 {
+		t.Fatalf("committed record = %+v", got)
+	}
+
+	tx, err = e.h.Store.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	again := *rec
+	old, err := tx.Reserve(ctx, &again, now)
+	if err != nil || old == nil || old.Status != idempotency.StatusCompleted {
+		t.Fatalf("Reserve of a completed key: %+v, %v", old, err)
+	}
+}
+
+// tb is the part of testing.TB the helpers use; *rapid.T has it too.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+// goTB reports failures from a goroutine other than the test's: it marks
+// the test failed and ends the goroutine.
+type goTB struct{ t *testing.T }
+
+func (g goTB) Helper()           {}
+func (g goTB) Fatal(args ...any) { g.t.Error(args...); runtime.Goexit() }
+func (g goTB) Fatalf(format string, args ...any) {
+	g.t.Errorf(format, args...)
+	runtime.Goexit()
+}

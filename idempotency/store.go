@@ -1,0 +1,94 @@
+package idempotency
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Status is the state of an idempotency record.
+type Status string
+
+const (
+	// StatusProcessing marks a reserved key whose request has not finished.
+	// The stores in this module never commit a processing record (the
+	// reservation, the domain write and the completion share one
+	// transaction), but a Store may, if it guards it with a lease.
+	StatusProcessing Status = "processing"
+	// StatusCompleted marks a key whose response is stored for replay.
+	StatusCompleted Status = "completed"
+)
+
+// Record is one idempotency record: the reservation of (Actor, Key) and,
+// once completed, the response to replay.
+type Record struct {
+	Actor       string
+	Key         string
+	Operation   string // the operation type, e.g. "create"
+	Fingerprint string // hex SHA-256, see Fingerprint
+	Status      Status
+
+	ResponseStatus int
+	ResponseHeader http.Header // the headers the handler set, minus Set-Cookie
+	ResponseBody   []byte
+
+	CreatedAt   time.Time
+	CompletedAt time.Time // zero while processing
+	ExpiresAt   time.Time
+}
+
+// Expired reports whether the record is past its expiry at now.
+func (r *Record) Expired(now time.Time) bool { return !now.Before(r.ExpiresAt) }
+
+// Store keeps idempotency records. A Store hands out one transaction per
+// gated request; the handler's domain writes go into that same
+// transaction, so the response is recorded exactly when the effect
+// commits. Implementations: boltstore (embedded, one process) and pgstore
+// (PostgreSQL, many server replicas). idempotencytest holds the
+// conformance suite every Store must pass.
+type Store interface {
+	// Begin starts the transaction for one gated request.
+	Begin(ctx context.Context) (Tx, error)
+	// Sweep deletes the records that expired at or before now and returns
+	// how many it deleted.
+	Sweep(ctx context.Context, now time.Time) (int, error)
+}
+
+// Tx is a store transaction scoped to one gated request. It is used from
+// the request's goroutine only.
+type Tx interface {
+	// Reserve claims (rec.Actor, rec.Key) by writing rec (status
+	// processing) unless a live record for the pair exists. It returns nil
+	// when the claim is new, or a copy of the existing record. A record
+	// that expired at or before now counts as absent and is replaced.
+	// When another transaction holds the claim and does not finish in
+	// time, Reserve returns ErrInFlight.
+	Reserve(ctx context.Context, rec *Record, now time.Time) (existing *Record, err error)
+	// Complete stores the response for a claim made by Reserve in this
+	// transaction; rec carries the response fields and CompletedAt.
+	Complete(ctx context.Context, rec *Record) error
+	// Commit commits the reservation, the handler's domain writes and
+	// the completion together.
+	Commit(ctx context.Context) error
+	// Rollback discards everything the transaction wrote. It is safe to
+	// call after Commit (it then does nothing).
+	Rollback(ctx context.Context) error
+}
+
+type txKey struct{}
+
+// ContextWithTx returns a context carrying tx. The Gate does this for the
+// handler it runs; call it yourself only to run a gated handler's domain
+// code outside the gate (as the benchmarks do to measure the gate).
+func ContextWithTx(ctx context.Context, tx Tx) context.Context {
+	return context.WithValue(ctx, txKey{}, tx)
+}
+
+// TxFromContext returns the request's store transaction, or nil outside a
+// gated request. Stores offer typed accessors on top of it:
+// boltstore.TxFromContext returns the *bolt.Tx, pgstore.TxFromContext the
+// pgx.Tx.
+func TxFromContext(ctx context.Context) Tx {
+	tx, _ := ctx.Value(txKey{}).(Tx)
+	return tx
+}

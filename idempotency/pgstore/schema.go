@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -43,7 +44,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		var version int
 		err := tx.QueryRow(ctx, `SELECT version FROM idempotency_schema`).Scan(&version)
 		switch {
-		case err == pgx.ErrNoRows:
+		case errors.Is(err, pgx.ErrNoRows):
 			if _, err := tx.Exec(ctx, `INSERT INTO idempotency_schema (version) VALUES (0)`); err != nil {
 				return err
 			}

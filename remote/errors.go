@@ -1,0 +1,63 @@
+package remote
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+)
+
+// Configuration errors, returned by New.
+var (
+	// ErrNoStorage means Config names no storage: set Path, DataDir,
+	// PostgresDSN, BoltDB or PostgresPool.
+	ErrNoStorage = errors.New("remote: no storage configured (bbolt path or data dir, or PostgreSQL DSN)")
+	// ErrTwoStorages means Config names both a bbolt and a PostgreSQL
+	// storage.
+	ErrTwoStorages = errors.New("remote: both bbolt and PostgreSQL storage configured")
+	// ErrNoAuth means Config has neither Tokens nor DevTokens.
+	ErrNoAuth = errors.New("remote: no tokens configured (set Tokens, or DevTokens for development)")
+)
+
+// Domain errors.
+var (
+	// ErrNotFound: no entity with that id for that actor and type.
+	ErrNotFound = errors.New("remote: entity not found")
+	// errNoTx: a write ran outside a gated request.
+	errNoTx = errors.New("remote: no store transaction in the request context")
+)
+
+// Error codes in {"error":{"code":...}} answers, besides the
+// idempotency gate's (idempotency.Code*).
+const (
+	CodeValidation   = "validation"   // 400: bad body, data not an object, or data.invalid == true
+	CodeNotFound     = "not_found"    // 404
+	CodeGone         = "gone"         // 410: update of a deleted entity
+	CodeUnauthorized = "unauthorized" // 401: missing or unknown bearer token
+	CodeInternal     = "internal"     // 500
+)
+
+// writeError is the one function that writes error answers, for the
+// handlers and (through idempotency.Config.WriteError) the gate.
+func writeError(w http.ResponseWriter, _ *http.Request, status int, code, message string) {
+	type errBody struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	writeJSON(w, status, struct {
+		Error errBody `json:"error"`
+	}{errBody{code, message}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"code":"internal","message":"encoding the answer failed"}}`)
+	}
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,335 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/syncd/syncd/idempotency"
+	"github.com/syncd/syncd/idempotency/boltstore"
+	"github.com/syncd/syncd/idempotency/pgstore"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Defaults for the zero values of Config.
+const (
+	// DefaultFileName is the bbolt file New opens in Config.DataDir.
+	DefaultFileName = "remote.db"
+	// DefaultShutdownTimeout bounds how long Run waits for requests in
+	// progress when its context ends.
+	DefaultShutdownTimeout = 5 * time.Second
+)
+
+// Config configures a Server. Exactly one storage must be named: a bbolt
+// file (Path, DataDir or BoltDB) or PostgreSQL (PostgresDSN or
+// PostgresPool). Every other zero value means the default.
+type Config struct {
+	// Path is the bbolt file to open (created if missing).
+	Path string
+	// DataDir is a directory for the bbolt file DefaultFileName; used
+	// when Path is empty.
+	DataDir string
+	// BoltDB is an open bbolt database to use instead; the caller keeps
+	// owning it and closes it after Close.
+	BoltDB *bolt.DB
+	// PostgresDSN is a PostgreSQL connection string; the server opens
+	// and closes its own pool (DefaultPostgresMaxConns connections unless
+	// the DSN sets pool_max_conns). Tables go into the search_path.
+	PostgresDSN string
+	// PostgresPool is an open pool to use instead; the caller keeps
+	// owning it.
+	PostgresPool *pgxpool.Pool
+	// PostgresLockTimeout and PostgresLease tune the PostgreSQL
+	// idempotency store (pgstore.DefaultLockTimeout, pgstore.DefaultLease).
+	PostgresLockTimeout time.Duration
+	PostgresLease       time.Duration
+
+	// Tokens maps bearer tokens to actors.
+	Tokens map[string]string
+	// DevTokens accepts any bearer token; its actor is the part before
+	// the first '.' ("alice.1" and "alice.2" are both alice). For
+	// development and tests only. Tokens are checked first.
+	DevTokens bool
+
+	// Retention is how long idempotency records are kept
+	// (idempotency.DefaultRetention).
+	Retention time.Duration
+	// SweepInterval is how often expired records are deleted
+	// (idempotency.DefaultSweepInterval).
+	SweepInterval time.Duration
+	// InFlightWait is how long a duplicate waits for the request in
+	// flight with its key in this process before 409
+	// (idempotency.DefaultInFlightWait; negative: no wait).
+	InFlightWait time.Duration
+	// MaxBodyBytes limits request bodies (idempotency.DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// Now is the clock for entity times and record expiry (time.Now).
+	Now func() time.Time
+	// Logger gets the server's log lines (default: discard).
+	Logger *slog.Logger
+	// TestHookAfterReserve runs after a new idempotency reservation,
+	// before the handler (idempotency.Config.TestHookAfterReserve).
+	TestHookAfterReserve func(ctx context.Context)
+}
+
+// Server is the reference remote server. Its methods are safe for
+// concurrent use.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	store    entityStore
+	idem     idempotency.Store
+	gate     *idempotency.Gate
+	sweeper  *idempotency.Sweeper
+	auth     *authenticator
+	registry *prometheus.Registry
+	replays  *prometheus.CounterVec
+	conflict prometheus.Counter
+	handler  http.Handler
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens (and migrates) the storage, starts the expiry sweeper and
+// returns the server. Close releases what New opened.
+func New(cfg Config) (*Server, error) {
+	if len(cfg.Tokens) == 0 && !cfg.DevTokens {
+		return nil, ErrNoAuth
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.DevTokens)}
+	if err := s.openStorage(context.Background()); err != nil {
+		return nil, err
+	}
+
+	s.registry = prometheus.NewRegistry()
+	s.replays = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idempotency_replays_total",
+		Help: "Requests answered with a stored response, by operation.",
+	}, []string{"operation"})
+	s.conflict = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "idempotency_conflicts_total",
+		Help: "Requests refused because their Idempotency-Key was used with another request (422).",
+	})
+	s.registry.MustRegister(s.replays, s.conflict)
+
+	gate, err := idempotency.New(idempotency.Config{
+		Store: s.idem,
+		Actor: func(r *http.Request) (string, error) {
+			if a, ok := ActorFromContext(r.Context()); ok {
+				return a, nil
+			}
+			return "", errors.New("no actor")
+		},
+		Operation:            operation,
+		Retention:            cfg.Retention,
+		InFlightWait:         cfg.InFlightWait,
+		MaxBodyBytes:         cfg.MaxBodyBytes,
+		Now:                  cfg.Now,
+		Logger:               cfg.Logger,
+		OnOutcome:            s.observe,
+		WriteError:           writeError,
+		TestHookAfterReserve: cfg.TestHookAfterReserve,
+	})
+	if err != nil {
+		s.store.close()
+		return nil, err
+	}
+	s.gate = gate
+	s.sweeper, err = idempotency.NewSweeper(idempotency.SweeperConfig{
+		Store: s.idem, Interval: cfg.SweepInterval, Now: cfg.Now, Logger: cfg.Logger,
+	})
+	if err != nil {
+		s.store.close()
+		return nil, err
+	}
+	s.handler = s.routes(gate.Wrap)
+	if err := s.sweeper.Start(context.Background()); err != nil {
+		s.store.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) openStorage(ctx context.Context) error {
+	cfg := s.cfg
+	bolted := cfg.Path != "" || cfg.DataDir != "" || cfg.BoltDB != nil
+	pg := cfg.PostgresDSN != "" || cfg.PostgresPool != nil
+	switch {
+	case bolted && pg:
+		return ErrTwoStorages
+	case bolted:
+		db, own := cfg.BoltDB, false
+		if db == nil {
+			path := cfg.Path
+			if path == "" {
+				path = filepath.Join(cfg.DataDir, DefaultFileName)
+			}
+			var err error
+			if db, err = openBolt(path); err != nil {
+				return err
+			}
+			own = true
+		}
+		idem, err := boltstore.New(db)
+		if err == nil {
+			var es *boltEntities
+			if es, err = newBoltEntities(db, own); err == nil {
+				s.store, s.idem = es, idem
+				return nil
+			}
+		}
+		if own {
+			db.Close()
+		}
+		return err
+	case pg:
+		pool, own := cfg.PostgresPool, false
+		if pool == nil {
+			var err error
+			if pool, err = openPool(ctx, cfg.PostgresDSN); err != nil {
+				return err
+			}
+			own = true
+		}
+		idem, err := pgstore.New(ctx, pgstore.Config{Pool: pool, LockTimeout: cfg.PostgresLockTimeout, Lease: cfg.PostgresLease})
+		if err == nil {
+			var es *pgEntities
+			if es, err = newPGEntities(ctx, pool, own); err == nil {
+				s.store, s.idem = es, idem
+				return nil
+			}
+		}
+		if own {
+			pool.Close()
+		}
+		return err
+	}
+	return ErrNoStorage
+}
+
+// operation names the operation type of a gated request, for records and
+// the operation label of idempotency_replays_total.
+func operation(r *http.Request) string {
+	switch r.Method {
+	case http.MethodPost:
+		return "create"
+	case http.MethodPatch:
+		return "update"
+	case http.MethodDelete:
+		return "delete"
+	}
+	return r.Method
+}
+
+func (s *Server) observe(_ *http.Request, op string, o idempotency.Outcome) {
+	switch o {
+	case idempotency.OutcomeReplayed:
+		s.replays.WithLabelValues(op).Inc()
+	case idempotency.OutcomeKeyReused:
+		s.conflict.Inc()
+	}
+}
+
+// routes builds the handler; wrap puts each write route behind the gate.
+func (s *Server) routes(wrap func(http.Handler) http.Handler) http.Handler {
+	api := http.NewServeMux()
+	api.Handle("POST /v1/{type}", wrap(http.HandlerFunc(s.handleCreate)))
+	api.Handle("PATCH /v1/{type}/{id}", wrap(http.HandlerFunc(s.handleUpdate)))
+	api.Handle("DELETE /v1/{type}/{id}", wrap(http.HandlerFunc(s.handleDelete)))
+	api.HandleFunc("GET /v1/{type}/{id}", s.handleGet)
+	api.HandleFunc("GET /v1/{type}", s.handleList)
+
+	root := http.NewServeMux()
+	root.Handle("/v1/", s.auth.wrap(api))
+	root.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	root.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, http.StatusNotFound, CodeNotFound, "no such route")
+	})
+	return root
+}
+
+// Handler returns the server's HTTP handler: the entity routes under
+// /v1/ (bearer token required; writes behind the idempotency gate),
+// GET /metrics and GET /healthz.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Registry returns the server's own Prometheus registry (served at
+// /metrics).
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// Run serves on ln until ctx ends, then shuts down (waiting up to
+// DefaultShutdownTimeout for requests in progress) and closes ln. It
+// does not Close the server.
+func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("remote: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), DefaultShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if err != nil {
+		srv.Close()
+	}
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
+
+// Close stops the sweeper and closes the storage New opened (not a
+// BoltDB or PostgresPool passed in Config). Safe to call twice.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.sweeper.Stop(context.Background())
+		s.closeErr = s.store.close()
+	})
+	return s.closeErr
+}
+
+// Sweep deletes the idempotency records expired at now (the sweeper does
+// this every SweepInterval).
+func (s *Server) Sweep(ctx context.Context) (int, error) {
+	return s.sweeper.RunOnce(ctx)
+}
+
+// Entities returns the actor's entities of type typ with clientID, or
+// with clientID "" up to 1000 of them. For tests and tools.
+func (s *Server) Entities(ctx context.Context, actor, typ, clientID string) ([]Entity, error) {
+	return s.store.list(ctx, actor, typ, clientID, listLimit)
+}
+
+// Count returns how many records the actor has of type typ with clientID
+// (tombstones included): a correct server answers 0 or 1.
+func (s *Server) Count(ctx context.Context, actor, typ, clientID string) (int, error) {
+	es, err := s.store.list(ctx, actor, typ, clientID, listLimit)
+	return len(es), err
+}

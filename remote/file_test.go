@@ -1,0 +1,5 @@
+package remote
+
+import "os"
+
+func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }

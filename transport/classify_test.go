@@ -98,6 +98,30 @@ func TestClassifyStatus(t *testing.T) {
 			decision: Permanent, code: CodeNotFound, wantErr: ErrStatus,
 		},
 		{
+			name:     "410 update of a deleted entity",
+			req:      updateReq(),
+			handler:  reply(410, errBody("gone")),
+			decision: Permanent, code: CodeGone, serverCode: "gone", wantErr: ErrStatus,
+		},
+		{
+			name:     "410 delete is done",
+			req:      deleteReq(),
+			handler:  reply(410, errBody("gone")),
+			decision: Done, code: CodeGone, serverID: "srv-1", serverCode: "gone",
+		},
+		{
+			name:     "409 reference server in flight",
+			req:      updateReq(),
+			handler:  reply(409, errBody("idempotency_in_flight"), "Retry-After", "3"),
+			decision: Retry, code: CodeInFlight, retryAfter: 3 * time.Second, serverCode: "idempotency_in_flight", wantErr: ErrStatus,
+		},
+		{
+			name:     "409 in-flight code without Retry-After",
+			req:      updateReq(),
+			handler:  reply(409, errBody("idempotency_in_flight")),
+			decision: Retry, code: CodeInFlight, serverCode: "idempotency_in_flight", wantErr: ErrStatus,
+		},
+		{
 			name:     "408 with Retry-After",
 			req:      createReq(),
 			handler:  reply(408, ``, "Retry-After", "7"),

@@ -199,6 +199,9 @@ func (c *Client) classify(r Request, tr typeRoutes, resp *http.Response, body []
 		// Already gone: the effect the delete wanted holds.
 		o.Decision, o.Code, o.ServerID = Done, CodeNotFound, r.ServerID
 		return o
+	case st == http.StatusGone && r.Op == OpDelete:
+		o.Decision, o.Code, o.ServerID = Done, CodeGone, r.ServerID
+		return o
 	case st == http.StatusRequestTimeout:
 		o.Decision, o.Code = Retry, CodeRequestTimeout
 	case st == http.StatusTooManyRequests:
@@ -215,6 +218,8 @@ func (c *Client) classify(r Request, tr typeRoutes, resp *http.Response, body []
 		o.Decision, o.Code = Permanent, CodeForbidden
 	case st == http.StatusNotFound:
 		o.Decision, o.Code = Permanent, CodeNotFound
+	case st == http.StatusGone:
+		o.Decision, o.Code = Permanent, CodeGone
 	case st == http.StatusUnprocessableEntity && o.ServerCode == ServerCodeKeyReused:
 		o.Decision, o.Code = Permanent, CodePayloadConflict
 	case st == http.StatusBadRequest || st == http.StatusUnprocessableEntity:

@@ -35,6 +35,8 @@
 //	403                                   Permanent      forbidden
 //	404 on delete                         Done           not_found (already gone)
 //	404 on create or update               Permanent      not_found
+//	410 on delete                         Done           gone
+//	410 on create or update               Permanent      gone (deleted on the server)
 //	422 idempotency_key_reused            Permanent      payload_conflict
 //	400, 422 (other)                      NeedsUserAction validation
 //	other 4xx                             NeedsUserAction rejected

@@ -73,6 +73,7 @@ const (
 	// Permanent.
 	CodeForbidden        = "forbidden"         // 403
 	CodeNotFound         = "not_found"         // 404 on create or update (Done on delete)
+	CodeGone             = "gone"              // 410 on create or update: deleted on the server (Done on delete)
 	CodePayloadConflict  = "payload_conflict"  // 422 idempotency_key_reused
 	CodeMissingServerID  = "missing_server_id" // route needs {serverId}, Request has none; nothing sent
 	CodeInvalidRequest   = "invalid_request"   // malformed Request; nothing sent
@@ -95,6 +96,7 @@ const (
 // still being processed". A 409 without a code, or with a Retry-After, is
 // taken as in flight too (IETF Idempotency-Key draft, Stripe).
 var serverInFlightCodes = map[string]bool{
+	"idempotency_in_flight":       true, // the reference server (idempotency.CodeInFlight)
 	"idempotency_key_in_flight":   true,
 	"idempotency_key_in_use":      true,
 	"idempotency_key_in_progress": true,

@@ -37,7 +37,8 @@ var (
 	// the body holds no server id in the configured field.
 	ErrInvalidResponse = errors.New("transport: invalid response")
 
-	// ErrStatus wraps every outcome decided by a non-2xx status; the
+	// ErrStatus is wrapped by every outcome that a non-2xx status decided,
+	// except a Done (a delete answered 404 or 410); the
 	// status, code and message are in the Outcome.
 	ErrStatus = errors.New("transport: unsuccessful status")
 )

@@ -82,7 +82,7 @@ const (
 
 	// NeedsUserAction.
 	CodeValidation = "validation" // 400, 422 other than idempotency_key_reused
-	CodeRejected   = "rejected"   // any other 4xx (405, 410, 413, 415, ...)
+	CodeRejected   = "rejected"   // any other 4xx (405, 413, 415, 409 with a domain code, ...)
 )
 
 // Server error codes with a meaning for the protocol.

@@ -3,8 +3,10 @@ package transport
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 )
@@ -270,5 +272,45 @@ func TestMessageBounded(t *testing.T) {
 	o := c.Send(t.Context(), createReq())
 	if len(o.Message) > 1<<10+len("…") || !utf8.ValidString(o.Message) || o.ServerCode != "v" {
 		t.Errorf("Message of %d bytes (valid UTF-8 %v), ServerCode %q", len(o.Message), utf8.ValidString(o.Message), o.ServerCode)
+	}
+}
+
+// TestConcurrentSends uses one Client from many goroutines (run with
+// -race): each request keeps its own key, token and body.
+func TestConcurrentSends(t *testing.T) {
+	t.Parallel()
+	rm := newRemote(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(201)
+		w.Write([]byte(`{"id":"srv-` + r.Header.Get("Idempotency-Key") + `"}`))
+	})
+	c := newClient(t, rm, Config{})
+	const workers, each = 8, 10
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Go(func() {
+			for i := range each {
+				r := createReq()
+				r.OperationID = fmt.Sprintf("op-%d-%d", g, i)
+				r.EntityID = "local-" + r.OperationID
+				r.Token = fmt.Sprintf("tok-%d", g)
+				if o := c.Send(t.Context(), r); o.Decision != Done || o.ServerID != "srv-"+r.OperationID {
+					t.Errorf("%s: %v %q (%v)", r.OperationID, o.Decision, o.ServerID, o.Err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	got := rm.requests()
+	if len(got) != workers*each {
+		t.Fatalf("server saw %d requests", len(got))
+	}
+	for _, s := range got {
+		key := s.Header.Get("Idempotency-Key")
+		var g, i int
+		fmt.Sscanf(key, "op-%d-%d", &g, &i)
+		if tok := s.Header.Get("Authorization"); tok != fmt.Sprintf("Bearer tok-%d", g) {
+			t.Errorf("%s carried %q", key, tok)
+		}
+		jsonEqual(t, s.Body, `{"clientId":"local-`+key+`","data":{"title":"hi"},"payloadVersion":3}`)
 	}
 }

@@ -314,3 +314,31 @@ func TestConcurrentSends(t *testing.T) {
 		jsonEqual(t, s.Body, `{"clientId":"local-`+key+`","data":{"title":"hi"},"payloadVersion":3}`)
 	}
 }
+
+// TestOwnHTTPClient: a Config.Client is used, copied, and the copy does
+// not follow redirects; the caller's client is left alone.
+func TestOwnHTTPClient(t *testing.T) {
+	t.Parallel()
+	rm := newRemote(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/notes" {
+			http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+			return
+		}
+		w.WriteHeader(201)
+		w.Write([]byte(`{"id":"followed"}`))
+	})
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	hc := &http.Client{Transport: tr}
+	c := newClient(t, rm, Config{Client: hc})
+	o := c.Send(t.Context(), createReq())
+	if o.Decision != Permanent || o.Code != CodeUnexpectedStatus || o.Status != http.StatusTemporaryRedirect {
+		t.Errorf("got %v/%q status %d, want the redirect unfollowed", o.Decision, o.Code, o.Status)
+	}
+	if hc.CheckRedirect != nil {
+		t.Error("the caller's http.Client was changed")
+	}
+	if n := len(rm.requests()); n != 1 {
+		t.Errorf("server saw %d requests, want 1", n)
+	}
+}

@@ -20,7 +20,9 @@ import (
 	"pgregory.net/rapid"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeBuild() }))
+}
 
 // backend is one storage the tests run against.
 type backend struct {

@@ -3,10 +3,142 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/syncd/syncd/remote"
 )
 
-// cmdServer runs the reference remote server. (Being built: issue 3.)
+// serverFailpointEnv names the environment variable that places a test
+// failpoint in the server. "remote-after-reserve" pauses every gated
+// request right after its idempotency reservation (inside the
+// transaction, before the domain write) until the server stops, printing
+// a line to stderr, so crash tests can SIGKILL the process exactly there.
+const serverFailpointEnv = "SYNCD_FAILPOINT"
+
+// cmdServer runs the reference remote server until ctx ends.
 func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("server: not built yet")
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:7420", "address to listen on (loopback unless --force-listen)")
+	force := fs.Bool("force-listen", false, "allow a non-loopback --listen address")
+	dataDir := fs.String("data-dir", "", "directory for the bbolt file "+remote.DefaultFileName)
+	pgDSN := fs.String("postgres", "", "PostgreSQL DSN, instead of --data-dir (several servers may share one database)")
+	devTokens := fs.Bool("dev-tokens", false, "DEVELOPMENT ONLY: accept any bearer token; the actor is the part before the first '.'")
+	tokensFile := fs.String("tokens", "", `file of "TOKEN ACTOR" lines`)
+	retention := fs.String("retention", "7d", "how long idempotency records are kept (e.g. 7d, 36h)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: syncd server --listen ADDR [--data-dir DIR | --postgres DSN] [--dev-tokens | --tokens FILE] [--retention D]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: server: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if (*dataDir == "") == (*pgDSN == "") {
+		return fmt.Errorf("%w: server: give exactly one of --data-dir and --postgres", errUsage)
+	}
+	if *devTokens == (*tokensFile != "") {
+		return fmt.Errorf("%w: server: give exactly one of --dev-tokens and --tokens", errUsage)
+	}
+	ret, err := parseRetention(*retention)
+	if err != nil {
+		return fmt.Errorf("%w: server: --retention: %v", errUsage, err)
+	}
+	if !*force && !loopbackAddr(*listen) {
+		return fmt.Errorf("%w: server: --listen %s is not a loopback address; add --force-listen to serve on it", errUsage, *listen)
+	}
+
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	cfg := remote.Config{
+		DataDir:     *dataDir,
+		PostgresDSN: *pgDSN,
+		DevTokens:   *devTokens,
+		Retention:   ret,
+		Logger:      logger,
+	}
+	if *tokensFile != "" {
+		if cfg.Tokens, err = remote.ReadTokensFile(*tokensFile); err != nil {
+			return err
+		}
+	}
+	if fp := os.Getenv(serverFailpointEnv); fp != "" {
+		if fp != "remote-after-reserve" {
+			return fmt.Errorf("server: unknown failpoint %s=%q", serverFailpointEnv, fp)
+		}
+		cfg.TestHookAfterReserve = func(context.Context) {
+			fmt.Fprintln(stderr, "failpoint remote-after-reserve: paused")
+			<-ctx.Done()
+		}
+	}
+	if *dataDir != "" {
+		if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+	}
+
+	srv, err := remote.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	storage := "bbolt in " + *dataDir
+	if *pgDSN != "" {
+		storage = "PostgreSQL"
+	}
+	auth := "tokens from " + *tokensFile
+	if *devTokens {
+		auth = "DEV TOKENS (any token accepted)"
+	}
+	fmt.Fprintf(stdout, "syncd server: listening on http://%s (storage: %s; auth: %s)\n", ln.Addr(), storage, auth)
+	if err := srv.Run(ctx, ln); err != nil {
+		return err
+	}
+	return srv.Close()
+}
+
+// loopbackAddr reports whether addr's host is a loopback name or IP. An
+// empty host (all interfaces) is not loopback.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// parseRetention parses a duration that may also be given in days ("7d").
+func parseRetention(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n <= 0 {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("invalid duration %q", s)
+	}
+	return d, nil
 }

@@ -96,8 +96,9 @@ type Config struct {
 	// {"error":{"code":...,"message":...}}.
 	WriteError func(w http.ResponseWriter, r *http.Request, status int, code, message string)
 	// TestHookAfterReserve, if set, runs after a new reservation and
-	// before the handler, inside the transaction. Tests use it to crash or
-	// stall a server exactly there.
+	// before the handler; its context carries the transaction
+	// (TxFromContext). Tests use it to crash, stall or break a request
+	// exactly there.
 	TestHookAfterReserve func(ctx context.Context)
 }
 
@@ -287,12 +288,13 @@ func (g *Gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 		return
 	}
 
+	txCtx := ContextWithTx(ctx, tx)
 	if g.cfg.TestHookAfterReserve != nil {
-		g.cfg.TestHookAfterReserve(ctx)
+		g.cfg.TestHookAfterReserve(txCtx)
 	}
 
 	rr := newRecorder()
-	r2 := r.WithContext(ContextWithTx(ctx, tx))
+	r2 := r.WithContext(txCtx)
 	r2.Body = io.NopCloser(bytes.NewReader(body))
 	r2.ContentLength = int64(len(body))
 	next.ServeHTTP(rr, r2)

@@ -15,7 +15,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/syncd/syncd/idempotency"
+	"github.com/syncd/syncd/idempotency/boltstore"
 	"github.com/syncd/syncd/idempotency/idempotencytest"
+	"github.com/syncd/syncd/idempotency/pgstore"
 	"go.uber.org/goleak"
 	"pgregory.net/rapid"
 )
@@ -461,5 +463,59 @@ func TestAnyOrderAcrossTime(t *testing.T) {
 				rt.Fatalf("%d records", n)
 			}
 		})
+	})
+}
+
+// TestHandlerFailureRollsBack: a create that fails (500) inside the
+// gated transaction leaves no record and no idempotency record; the retry
+// with the same key runs the domain write once.
+func TestHandlerFailureRollsBack(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clientID := newKey()
+		var calls sync.Mutex
+		failNext := true
+		cfg := b.config(t)
+		cfg.TestHookAfterReserve = func(ctx context.Context) {
+			calls.Lock()
+			fail := failNext
+			failNext = false
+			calls.Unlock()
+			if !fail {
+				return
+			}
+			// Break the transaction so the handler's write fails.
+			if tx, ok := boltstore.TxFromContext(ctx); ok {
+				ck := append(scopePrefix("alice", "entries"), clientID...)
+				if err := tx.Bucket(bucketClientIDs).Put(ck, []byte("no-such-entity")); err != nil {
+					t.Error(err)
+				}
+			}
+			if tx, ok := pgstore.TxFromContext(ctx); ok {
+				if _, err := tx.Exec(ctx, "SELECT 1/0"); err == nil {
+					t.Error("SELECT 1/0 did not fail")
+				}
+			}
+		}
+		h := setup(t, cfg)
+		key, body := newKey(), `{"clientId":"`+clientID+`","data":{}}`
+		failed := h.must(t, "POST", "/v1/entries", "alice", key, body)
+		if failed.status != http.StatusInternalServerError || codeOf(t, failed) != CodeInternal {
+			t.Fatalf("poisoned create: %d %s", failed.status, failed.body)
+		}
+		if n := h.count(t, "alice", "entries", clientID); n != 0 {
+			t.Fatalf("%d records after a failed create", n)
+		}
+		retry := h.must(t, "POST", "/v1/entries", "alice", key, body)
+		if retry.status != http.StatusCreated || retry.replayed {
+			t.Fatalf("retry: %d replayed=%v %s", retry.status, retry.replayed, retry.body)
+		}
+		again := h.must(t, "POST", "/v1/entries", "alice", key, body)
+		if !again.replayed || again.body != retry.body {
+			t.Fatalf("resend: %d replayed=%v", again.status, again.replayed)
+		}
+		if n := h.count(t, "alice", "entries", clientID); n != 1 {
+			t.Fatalf("%d records, want 1", n)
+		}
 	})
 }

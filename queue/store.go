@@ -178,9 +178,18 @@ func (s *Store) emit(events []Event) {
 
 // commitReq is one write waiting for the committer.
 type commitReq struct {
-	fn   func(*txw) error
-	done chan error
-	w    *txw
+	fn       func(*txw) error
+	done     chan error // buffered 1: the committer never blocks on it
+	answered bool
+	// refused holds the error of a write that failed before writing; it
+	// is answered once the transaction has ended, so no caller runs
+	// while the batch still commits.
+	refused error
+}
+
+func (r *commitReq) answer(err error) {
+	r.done <- err
+	r.answered = true
 }
 
 // update runs fn in a write transaction shared with the other writes that
@@ -240,51 +249,49 @@ func (s *Store) commitLoop() {
 // the transaction roll back, and the rest run again without it.
 func (s *Store) commit(batch []*commitReq) {
 	for len(batch) > 0 {
-		var failed int = -1
+		failed := -1
 		var events []Event
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			now := s.now()
 			events = events[:0]
 			for i, r := range batch {
-				if r.done == nil {
-					continue
-				}
-				r.w = &txw{tx: tx, s: s, now: now}
-				if err := r.fn(r.w); err != nil {
-					if r.w.wrote {
+				r.refused = nil
+				w := &txw{tx: tx, s: s, now: now}
+				if err := r.fn(w); err != nil {
+					if w.wrote {
 						failed = i
 						return err
 					}
-					r.done <- err
-					r.done = nil
+					r.refused = err
 					continue
 				}
-				events = append(events, r.w.events...)
+				events = append(events, w.events...)
 			}
 			return nil
 		})
 		if failed >= 0 {
-			batch[failed].done <- err
-			batch[failed].done = nil
-			batch = compact(batch)
+			batch[failed].answer(err)
+			batch = unanswered(batch)
 			continue
 		}
 		if err == nil {
 			s.emit(events)
 		}
 		for _, r := range batch {
-			if r.done != nil {
-				r.done <- err
+			if r.refused != nil {
+				r.answer(r.refused)
+			} else {
+				r.answer(err)
 			}
 		}
 		return
 	}
 }
 
-func compact(batch []*commitReq) []*commitReq {
+func unanswered(batch []*commitReq) []*commitReq {
 	out := batch[:0]
 	for _, r := range batch {
-		if r.done != nil {
+		if !r.answered {
 			out = append(out, r)
 		}
 	}

@@ -154,6 +154,9 @@ func (s *Store) Retry(ctx context.Context, id string) (Operation, error) {
 		if err != nil {
 			return err
 		}
+		if op.State != StatePermanentFailed {
+			return fmt.Errorf("%w: only a permanently failed operation can be retried by the user; %s is %s", ErrIllegalTransition, id, op.State)
+		}
 		if err := tx.setState(op, StatePending); err != nil {
 			return err
 		}

@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/syncd/syncd/queue"
+)
+
+// Session event types.
+const (
+	EventSessionChanged   = "session.changed"
+	EventSessionLoggedOut = "session.logged_out"
+)
+
+// LogoutPolicy says what happens to the signed-out account's operations.
+type LogoutPolicy string
+
+// The logout policies.
+const (
+	// LogoutKeep keeps the account's data and operations; they wait,
+	// unsent, until the same account signs in again.
+	LogoutKeep LogoutPolicy = "keep"
+	// LogoutPurge deletes the account's entities and operations.
+	LogoutPurge LogoutPolicy = "purge"
+)
+
+// SetSession makes accountID the current account and token its bearer
+// token for sending. Operations of other accounts are never sent while it
+// is current. The session is kept in the data file so sending resumes
+// after a restart.
+func (d *Daemon) SetSession(ctx context.Context, accountID, token string) error {
+	if err := queue.ValidateAccountID(accountID); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidSession, err)
+	}
+	if token == "" {
+		return fmt.Errorf("%w: access token is empty", ErrInvalidSession)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	data, _ := json.Marshal(map[string]string{"accountId": accountID})
+	sess := &queue.Session{AccountID: accountID, AccessToken: token}
+	if err := d.store.SaveSession(ctx, sess, queue.Event{Type: EventSessionChanged, AccountID: accountID, Data: data}); err != nil {
+		return err
+	}
+	d.session = sess
+	d.sessionChanged()
+	return nil
+}
+
+// Logout ends the session. With LogoutKeep the account's operations stay
+// queued and paused; with LogoutPurge they and the account's entities are
+// deleted, refused (queue.ErrNotPurgeable) while some have not reached
+// the server unless force is set.
+func (d *Daemon) Logout(ctx context.Context, policy LogoutPolicy, force bool) (purged int, err error) {
+	if policy == "" {
+		policy = LogoutKeep
+	}
+	if policy != LogoutKeep && policy != LogoutPurge {
+		return 0, fmt.Errorf("%w: %q (want keep or purge)", ErrInvalidPolicy, policy)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.session == nil {
+		return 0, ErrNoSession
+	}
+	account := d.session.AccountID
+	if policy == LogoutPurge {
+		if purged, err = d.store.PurgeAccount(ctx, account, force); err != nil {
+			return 0, err
+		}
+	}
+	data, _ := json.Marshal(map[string]any{"policy": policy, "purged": purged})
+	if err := d.store.SaveSession(ctx, nil, queue.Event{Type: EventSessionLoggedOut, AccountID: account, Data: data}); err != nil {
+		return purged, err
+	}
+	d.session = nil
+	d.sessionChanged()
+	return purged, nil
+}
+
+// Account returns the current session's account id; ok is false when
+// signed out. The token never leaves the daemon.
+func (d *Daemon) Account() (accountID string, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.session == nil {
+		return "", false
+	}
+	return d.session.AccountID, true
+}
+
+// sessionChanged is called with d.mu held after the session changed.
+func (d *Daemon) sessionChanged() {
+	d.wake()
+}

@@ -1,0 +1,239 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// The model: what Claim must return, computed by brute force over a plain
+// list of operations, against the store's indexes.
+
+type modelOp struct {
+	id, account, partition string
+	typ                    OpType
+	seq                    int
+	state                  State
+	nextAt, leaseExp       time.Time
+	owner                  string
+}
+
+type modelEntity struct{ deleted bool }
+
+type model struct {
+	ops      []*modelOp
+	entities map[string]*modelEntity // partition → entity
+	seq      int
+}
+
+func (m *model) unfinished(partition string) []*modelOp {
+	var out []*modelOp
+	for _, op := range m.ops {
+		if op.partition == partition && op.state != StateDone {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// claimable is the brute-force answer: the ready head with the smallest
+// (next_attempt_at, seq), else the expired lease with the smallest
+// (lease_expires_at, seq).
+func (m *model) claimable(account string, now time.Time) *modelOp {
+	var ready, expired []*modelOp
+	for _, op := range m.ops {
+		if op.account != account || op.state == StateDone {
+			continue
+		}
+		if m.unfinished(op.partition)[0] != op {
+			continue
+		}
+		switch op.state {
+		case StatePending, StateRetryWaiting:
+			if !op.nextAt.After(now) {
+				ready = append(ready, op)
+			}
+		case StateSending:
+			if !op.leaseExp.After(now) {
+				expired = append(expired, op)
+			}
+		}
+	}
+	by := func(t func(*modelOp) time.Time) func(a, b *modelOp) int {
+		return func(a, b *modelOp) int {
+			if c := t(a).Compare(t(b)); c != 0 {
+				return c
+			}
+			return a.seq - b.seq
+		}
+	}
+	if len(ready) > 0 {
+		return slices.MinFunc(ready, by(func(o *modelOp) time.Time { return o.nextAt }))
+	}
+	if len(expired) > 0 {
+		return slices.MinFunc(expired, by(func(o *modelOp) time.Time { return o.leaseExp }))
+	}
+	return nil
+}
+
+func (m *model) remove(op *modelOp) {
+	m.ops = slices.DeleteFunc(m.ops, func(o *modelOp) bool { return o == op })
+}
+
+// afterFinish drops the entity of a partition whose delete is done.
+func (m *model) settle(partition string) {
+	e := m.entities[partition]
+	if e != nil && e.deleted && len(m.unfinished(partition)) == 0 {
+		delete(m.entities, partition)
+	}
+}
+
+func TestClaimMatchesModel(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(rt *rapid.T) {
+		ctx := context.Background()
+		s, clock := setup(t, Config{NoSync: true})
+		m := &model{entities: map[string]*modelEntity{}}
+		accounts := []string{"a1", "a2"}
+		ids := []string{"e1", "e2", "e3", "e4"}
+		owners := []string{"w1", "w2"}
+		leases := []time.Duration{time.Second, 5 * time.Second, time.Minute}
+
+		sending := func() []*modelOp {
+			var out []*modelOp
+			for _, op := range m.ops {
+				if op.state == StateSending {
+					out = append(out, op)
+				}
+			}
+			return out
+		}
+
+		rt.Repeat(map[string]func(*rapid.T){
+			"write": func(rt *rapid.T) {
+				acct := rapid.SampledFrom(accounts).Draw(rt, "account")
+				id := rapid.SampledFrom(ids).Draw(rt, "entity")
+				typ := rapid.SampledFrom([]OpType{OpCreate, OpUpdate, OpDelete}).Draw(rt, "op")
+				p := partitionKey(acct, "note", id)
+				e := m.entities[p]
+				r, err := s.Apply(ctx, Write{Op: typ, AccountID: acct, EntityType: "note", EntityID: id, Data: json.RawMessage(`{"x":1}`)})
+				wantErr := typ == OpCreate && e != nil || typ != OpCreate && (e == nil || e.deleted)
+				if wantErr != (err != nil) {
+					rt.Fatalf("%s %s: err = %v, model expects error = %v", typ, p, err, wantErr)
+				}
+				if err != nil {
+					return
+				}
+				if typ == OpCreate {
+					m.entities[p] = &modelEntity{}
+				}
+				if typ == OpDelete {
+					m.entities[p].deleted = true
+				}
+				m.seq++
+				m.ops = append(m.ops, &modelOp{id: r.Operation.ID, account: acct, partition: p, typ: typ, seq: m.seq, state: StatePending, nextAt: clock.Now()})
+			},
+			"claim": func(rt *rapid.T) {
+				acct := rapid.SampledFrom(accounts).Draw(rt, "account")
+				owner := rapid.SampledFrom(owners).Draw(rt, "owner")
+				lease := rapid.SampledFrom(leases).Draw(rt, "lease")
+				want := m.claimable(acct, clock.Now())
+				got, err := s.Claim(ctx, acct, owner, lease)
+				if want == nil {
+					if !errors.Is(err, ErrNoReady) {
+						rt.Fatalf("claim(%s) = %s, %v; model: nothing ready", acct, got.ID, err)
+					}
+					return
+				}
+				if err != nil || got.ID != want.id {
+					rt.Fatalf("claim(%s) = %q, %v; model: %s", acct, got.ID, err, want.id)
+				}
+				want.state, want.owner, want.leaseExp = StateSending, owner, clock.Now().Add(lease)
+			},
+			"outcome": func(rt *rapid.T) {
+				live := sending()
+				if len(live) == 0 {
+					rt.Skip("nothing sending")
+				}
+				op := rapid.SampledFrom(live).Draw(rt, "op")
+				switch rapid.IntRange(0, 3).Draw(rt, "outcome") {
+				case 0:
+					if _, err := s.Complete(ctx, op.id, op.owner, Completion{ServerID: "srv"}); err != nil {
+						rt.Fatal(err)
+					}
+					op.state = StateDone
+					m.settle(op.partition)
+				case 1:
+					at := clock.Now().Add(time.Duration(rapid.IntRange(0, 10).Draw(rt, "delay")) * time.Second)
+					if err := s.RetryAt(ctx, op.id, op.owner, at, "network", "x"); err != nil {
+						rt.Fatal(err)
+					}
+					op.state, op.nextAt = StateRetryWaiting, at
+				case 2:
+					if err := s.Fail(ctx, op.id, op.owner, "validation", "x"); err != nil {
+						rt.Fatal(err)
+					}
+					op.state = StatePermanentFailed
+				case 3:
+					if err := s.Release(ctx, op.id, op.owner); err != nil {
+						rt.Fatal(err)
+					}
+					op.state, op.nextAt = StatePending, clock.Now()
+				}
+			},
+			"user": func(rt *rapid.T) {
+				var failed []*modelOp
+				for _, op := range m.ops {
+					if op.state == StatePermanentFailed {
+						failed = append(failed, op)
+					}
+				}
+				if len(failed) == 0 {
+					rt.Skip("nothing failed")
+				}
+				op := rapid.SampledFrom(failed).Draw(rt, "op")
+				if rapid.Bool().Draw(rt, "retry") {
+					if _, err := s.Retry(ctx, op.id); err != nil {
+						rt.Fatal(err)
+					}
+					op.state, op.nextAt = StatePending, clock.Now()
+					return
+				}
+				if err := s.Discard(ctx, op.id); err != nil {
+					rt.Fatal(err)
+				}
+				if op.typ == OpCreate {
+					for _, o := range m.unfinished(op.partition) {
+						m.remove(o)
+					}
+					delete(m.entities, op.partition)
+					return
+				}
+				m.remove(op)
+				if op.typ == OpDelete {
+					m.entities[op.partition].deleted = false
+				}
+				m.settle(op.partition)
+			},
+			"tick": func(rt *rapid.T) {
+				clock.Advance(time.Duration(rapid.IntRange(1, 20).Draw(rt, "seconds")) * time.Second)
+			},
+			"": func(rt *rapid.T) {
+				if err := s.Check(); err != nil {
+					rt.Fatal(err)
+				}
+				for _, op := range m.ops {
+					got, err := s.GetOperation(op.id)
+					if err != nil || got.State != op.state {
+						rt.Fatalf("op %s: store %s %v, model %s", op.id, got.State, err, op.state)
+					}
+				}
+			},
+		})
+	})
+}

@@ -1,0 +1,269 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPartitionFIFOAndIndependence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{NoSync: true})
+	c1 := create(t, s, "a", `{"v":1}`).Operation
+	u1 := mustApply(t, s, Write{Op: OpUpdate, EntityID: "a", Data: json.RawMessage(`{"v":2}`)}).Operation
+	c2 := create(t, s, "b", `{"v":1}`).Operation
+	d1 := mustApply(t, s, Write{Op: OpDelete, EntityID: "a"}).Operation
+
+	// Heads of both partitions are claimable; "a"'s update is not while its
+	// create is unfinished.
+	got1, err := s.Claim(ctx, "acct", "w", time.Minute)
+	if err != nil || got1.ID != c1.ID {
+		t.Fatalf("first claim = %s, %v; want create of a", got1.ID, err)
+	}
+	got2, err := s.Claim(ctx, "acct", "w", time.Minute)
+	if err != nil || got2.ID != c2.ID {
+		t.Fatalf("second claim = %s, %v; want create of b", got2.ID, err)
+	}
+	if _, err := s.Claim(ctx, "acct", "w", time.Minute); !errors.Is(err, ErrNoReady) {
+		t.Fatalf("third claim: %v; the update of a must wait for its create", err)
+	}
+	// a's create fails permanently: a is held back, b goes on.
+	if err := s.Fail(ctx, c1.ID, "w", "validation", "value too large"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Complete(ctx, c2.ID, "w", Completion{ServerID: "sb"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, "acct", "w", time.Minute); !errors.Is(err, ErrNoReady) {
+		t.Fatalf("claim behind a failed head: %v", err)
+	}
+	ea, _ := s.GetEntity("acct", "note", "b")
+	if ea.SyncState != SyncSynced || ea.ServerID != "sb" {
+		t.Fatalf("b = %+v", ea)
+	}
+	// The user retries: the create is sent, then update, then delete, in order.
+	if _, err := s.Retry(ctx, c1.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []Operation{c1, u1, d1} {
+		got, err := s.Claim(ctx, "acct", "w", time.Minute)
+		if err != nil || got.ID != want.ID {
+			t.Fatalf("claim = %s (%s), %v; want %s", got.ID, got.Type, err, want.Type)
+		}
+		if _, err := s.Complete(ctx, got.ID, "w", Completion{ServerID: "sa"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.GetEntity("acct", "note", "a"); !errors.Is(err, ErrEntityNotFound) {
+		t.Fatalf("a after its delete is done: %v", err)
+	}
+	// Another account's operations are never claimed for this one.
+	mustApply(t, s, Write{Op: OpCreate, AccountID: "other", EntityID: "x", Data: json.RawMessage(`{}`)})
+	if _, err := s.Claim(ctx, "acct", "w", time.Minute); !errors.Is(err, ErrNoReady) {
+		t.Fatalf("claim for acct took another account's op: %v", err)
+	}
+}
+
+func TestApplyReplayAndConflict(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{NoSync: true})
+	w := Write{Op: OpCreate, AccountID: "acct", EntityType: "note", EntityID: "n1", Data: json.RawMessage(`{"v":1}`), OperationID: "key-1", RequestFingerprint: "fp1"}
+	first, err := s.Apply(ctx, w)
+	if err != nil || first.Replayed || first.Operation.ID != "key-1" {
+		t.Fatalf("first = %+v, %v", first, err)
+	}
+	seq, _ := s.LastEventSeq()
+	again, err := s.Apply(ctx, w)
+	if err != nil || !again.Replayed || again.Operation.ID != "key-1" || again.Entity.ID != "n1" {
+		t.Fatalf("replay = %+v, %v", again, err)
+	}
+	w.RequestFingerprint, w.Data = "fp2", json.RawMessage(`{"v":2}`)
+	if _, err := s.Apply(ctx, w); !errors.Is(err, ErrKeyReused) {
+		t.Fatalf("other body under the same key: %v", err)
+	}
+	if seq2, _ := s.LastEventSeq(); seq2 != seq {
+		t.Fatalf("replay or conflict wrote events: %d -> %d", seq, seq2)
+	}
+	if st, _ := s.Stats(); st.Counts[StatePending] != 1 {
+		t.Fatalf("counts = %v", st.Counts)
+	}
+}
+
+func TestApplyRejectsBadInputAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{NoSync: true, MaxDataBytes: 64})
+	create(t, s, "n1", `{"v":1}`)
+	seq, _ := s.LastEventSeq()
+	tests := []struct {
+		name string
+		w    Write
+		want error
+	}{
+		{"unknown op", Write{Op: "merge", EntityID: "x", Data: json.RawMessage(`{}`)}, ErrInvalidWrite},
+		{"empty type", Write{Op: OpCreate, EntityType: "-", EntityID: "x", Data: json.RawMessage(`{}`)}, nil},
+		{"type with slash", Write{Op: OpCreate, EntityType: "a/b", Data: json.RawMessage(`{}`)}, ErrInvalidWrite},
+		{"long type", Write{Op: OpCreate, EntityType: strings.Repeat("t", 65), Data: json.RawMessage(`{}`)}, ErrInvalidWrite},
+		{"id with space", Write{Op: OpCreate, EntityID: "a b", Data: json.RawMessage(`{}`)}, ErrInvalidWrite},
+		{"id with NUL", Write{Op: OpCreate, EntityID: "a\x00b", Data: json.RawMessage(`{}`)}, ErrInvalidWrite},
+		{"update without id", Write{Op: OpUpdate, Data: json.RawMessage(`{}`)}, ErrInvalidWrite},
+		{"array data", Write{Op: OpCreate, Data: json.RawMessage(`[1]`)}, ErrInvalidWrite},
+		{"null data", Write{Op: OpCreate, Data: json.RawMessage(`null`)}, ErrInvalidWrite},
+		{"no data", Write{Op: OpCreate}, ErrInvalidWrite},
+		{"two values", Write{Op: OpCreate, Data: json.RawMessage(`{} {}`)}, ErrInvalidWrite},
+		{"oversized data", Write{Op: OpCreate, Data: json.RawMessage(`{"x":"` + strings.Repeat("a", 64) + `"}`)}, ErrInvalidWrite},
+		{"update grows past the limit", Write{Op: OpUpdate, EntityID: "n1", Data: json.RawMessage(`{"x":"` + strings.Repeat("a", 55) + `"}`)}, ErrInvalidWrite},
+		{"bad operation id", Write{Op: OpCreate, OperationID: "has space", Data: json.RawMessage(`{}`)}, ErrInvalidWrite},
+		{"create existing", Write{Op: OpCreate, EntityID: "n1", Data: json.RawMessage(`{}`)}, ErrEntityExists},
+		{"update missing", Write{Op: OpUpdate, EntityID: "nope", Data: json.RawMessage(`{}`)}, ErrEntityNotFound},
+		{"delete missing", Write{Op: OpDelete, EntityID: "nope"}, ErrEntityNotFound},
+		{"no account", Write{Op: OpCreate, AccountID: " ", Data: json.RawMessage(`{}`)}, ErrInvalidWrite},
+	}
+	for _, tt := range tests {
+		w := tt.w
+		if w.AccountID == "" {
+			w.AccountID = "acct"
+		}
+		if w.EntityType == "" {
+			w.EntityType = "note"
+		}
+		_, err := s.Apply(ctx, w)
+		if tt.want == nil {
+			if err != nil {
+				t.Errorf("%s: %v", tt.name, err)
+			}
+			continue
+		}
+		if !errors.Is(err, tt.want) {
+			t.Errorf("%s: err = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	// Only the one valid write ("-" is a valid type) added anything.
+	if seq2, _ := s.LastEventSeq(); seq2 != seq+2 {
+		t.Fatalf("bad writes appended events: %d -> %d", seq, seq2)
+	}
+}
+
+func TestUpdateIsMergePatchAndCarriesFullData(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{NoSync: true})
+	create(t, s, "n1", `{"title":"a","tags":{"x":1,"y":2},"n":1.50}`)
+	r := mustApply(t, s, Write{Op: OpUpdate, EntityID: "n1", Data: json.RawMessage(`{"title":"b","tags":{"y":null,"z":3}}`)})
+	want := `{"n":1.50,"tags":{"x":1,"z":3},"title":"b"}`
+	if string(r.Entity.Data) != want || string(r.Operation.Payload) != want {
+		t.Fatalf("data = %s, payload = %s, want %s", r.Entity.Data, r.Operation.Payload, want)
+	}
+	if r.Operation.PayloadVersion != 2 || r.Entity.Version != 2 {
+		t.Fatalf("versions: op %d entity %d", r.Operation.PayloadVersion, r.Entity.Version)
+	}
+}
+
+func TestDiscard(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fail := func(s *Store, id string) {
+		t.Helper()
+		if op, err := s.Claim(ctx, "acct", "w", time.Minute); err != nil || op.ID != id {
+			t.Fatalf("claim %s: %+v %v", id, op, err)
+		}
+		if err := s.Fail(ctx, id, "w", "validation", "bad"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("create removes the entity and its later ops", func(t *testing.T) {
+		s, _ := setup(t, Config{NoSync: true})
+		c := create(t, s, "n1", `{}`).Operation
+		mustApply(t, s, Write{Op: OpUpdate, EntityID: "n1", Data: json.RawMessage(`{"a":1}`)})
+		fail(s, c.ID)
+		if e, _ := s.GetEntity("acct", "note", "n1"); e.SyncState != SyncFailed || e.SyncError == "" {
+			t.Fatalf("entity after fail = %+v", e)
+		}
+		if err := s.Discard(ctx, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.GetEntity("acct", "note", "n1"); !errors.Is(err, ErrEntityNotFound) {
+			t.Fatalf("entity after discard: %v", err)
+		}
+		if st, _ := s.Stats(); st.Counts[StatePending]+st.Counts[StatePermanentFailed] != 0 {
+			t.Fatalf("counts = %v", st.Counts)
+		}
+	})
+	t.Run("delete brings the entity back", func(t *testing.T) {
+		s, _ := setup(t, Config{NoSync: true})
+		c := create(t, s, "n1", `{}`).Operation
+		if op, _ := s.Claim(ctx, "acct", "w", time.Minute); op.ID == c.ID {
+			s.Complete(ctx, c.ID, "w", Completion{ServerID: "s1"})
+		}
+		d := mustApply(t, s, Write{Op: OpDelete, EntityID: "n1"}).Operation
+		fail(s, d.ID)
+		if err := s.Discard(ctx, d.ID); err != nil {
+			t.Fatal(err)
+		}
+		e, err := s.GetEntity("acct", "note", "n1")
+		if err != nil || e.SyncState != SyncSynced || e.Deleted {
+			t.Fatalf("entity = %+v, %v", e, err)
+		}
+	})
+}
+
+func TestPurgeAccount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{NoSync: true})
+	create(t, s, "n1", `{}`)
+	mustApply(t, s, Write{Op: OpCreate, AccountID: "other", EntityID: "n1", Data: json.RawMessage(`{}`)})
+	if _, err := s.PurgeAccount(ctx, "acct", false); !errors.Is(err, ErrNotPurgeable) {
+		t.Fatalf("purge with unsynced ops: %v", err)
+	}
+	n, err := s.PurgeAccount(ctx, "acct", true)
+	if err != nil || n != 1 {
+		t.Fatalf("forced purge = %d, %v", n, err)
+	}
+	if _, err := s.GetEntity("acct", "note", "n1"); !errors.Is(err, ErrEntityNotFound) {
+		t.Fatalf("entity after purge: %v", err)
+	}
+	if _, err := s.GetEntity("other", "note", "n1"); err != nil {
+		t.Fatalf("other account's entity after purge: %v", err)
+	}
+}
+
+func TestSweepAndEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var got []Event
+	s, clock := setup(t, Config{NoSync: true, DoneRetention: time.Hour, EventHistory: 5, OnCommit: func(e []Event) { got = append(got, e...) }})
+	id := create(t, s, "n1", `{}`).Operation.ID
+	create(t, s, "n2", `{}`)
+	s.Claim(ctx, "acct", "w", time.Minute)
+	if _, err := s.Complete(ctx, id, "w", Completion{ServerID: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range got {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("event %d has seq %d: %+v", i, e.Seq, got)
+		}
+	}
+	last := got[len(got)-1]
+	if last.Type != EventEntityChanged || last.SyncState != SyncSynced {
+		t.Fatalf("last event = %+v", last)
+	}
+	if ops, events, err := s.Sweep(ctx); err != nil || ops != 0 || events != len(got)-5 {
+		t.Fatalf("sweep inside retention = %d ops, %d events, %v (had %d events)", ops, events, err, len(got))
+	}
+	clock.Advance(time.Hour + time.Second)
+	if ops, _, err := s.Sweep(ctx); err != nil || ops != 1 {
+		t.Fatalf("sweep after retention = %d ops, %v", ops, err)
+	}
+	if _, err := s.GetOperation(id); !errors.Is(err, ErrOperationNotFound) {
+		t.Fatalf("swept op still there: %v", err)
+	}
+	evs, oldest, _ := s.Events(0, 0)
+	if len(evs) != 5 || oldest != evs[0].Seq || evs[4].Seq != last.Seq {
+		t.Fatalf("history after sweep: oldest %d, %d events", oldest, len(evs))
+	}
+}

@@ -223,7 +223,7 @@ func (g *Gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 		return
 	}
 	fp := Fingerprint(r.Method, g.cfg.Route(r), body, g.exclude)
-	log := g.cfg.Logger.With(slog.String("operation", op), slog.String("key_hash", keyHash(key)))
+	log := &lazyLogger{base: g.cfg.Logger, op: op, key: key}
 
 	// Requests with the same (actor, key) in this process queue here, so
 	// a duplicate waits for the first instead of holding a store
@@ -404,4 +404,32 @@ func WriteError(w http.ResponseWriter, _ *http.Request, status int, code, messag
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// lazyLogger adds the operation and the key's short hash to a line, and
+// builds them only when a line is logged.
+type lazyLogger struct {
+	base *slog.Logger
+	op   string
+	key  string
+}
+
+func (l *lazyLogger) log(ctx context.Context, level slog.Level, msg string, args ...any) {
+	if !l.base.Enabled(ctx, level) {
+		return
+	}
+	args = append(args, slog.String("operation", l.op), slog.String("key_hash", keyHash(l.key)))
+	l.base.Log(ctx, level, msg, args...)
+}
+
+func (l *lazyLogger) DebugContext(ctx context.Context, msg string, args ...any) {
+	l.log(ctx, slog.LevelDebug, msg, args...)
+}
+
+func (l *lazyLogger) InfoContext(ctx context.Context, msg string, args ...any) {
+	l.log(ctx, slog.LevelInfo, msg, args...)
+}
+
+func (l *lazyLogger) WarnContext(ctx context.Context, msg string, args ...any) {
+	l.log(ctx, slog.LevelWarn, msg, args...)
 }

@@ -21,6 +21,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // setup returns a pool on a fresh schema and a store on it.
 func setup(t *testing.T, cfg pgstore.Config) (*pgxpool.Pool, *pgstore.Store) {
 	t.Helper()
+	return setupTB(t, cfg)
+}
+
+func setupB(b *testing.B) (*pgxpool.Pool, *pgstore.Store) { return setupTB(b, pgstore.Config{}) }
+
+func setupTB(t testing.TB, cfg pgstore.Config) (*pgxpool.Pool, *pgstore.Store) {
+	t.Helper()
 	dsn := idempotencytest.PostgresDSN(t)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dsn)

@@ -8,6 +8,7 @@ package remote
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -294,4 +295,75 @@ func (h *harness) doURL(base, method, path, token, key, body string) (result, er
 	c := *h
 	c.url = base
 	return c.do(method, path, token, key, body)
+}
+
+// TestServerCommandUsage: `syncd server` refuses bad flag combinations
+// and a non-loopback address with exit code 2, before opening anything.
+func TestServerCommandUsage(t *testing.T) {
+	t.Parallel()
+	bin := syncdBinary(t)
+	dir := t.TempDir()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--listen", "0.0.0.0:7420", "--data-dir", dir, "--dev-tokens"}, "not a loopback address"},
+		{[]string{"--listen", ":7420", "--data-dir", dir, "--dev-tokens"}, "not a loopback address"},
+		{[]string{"--data-dir", dir}, "--dev-tokens and --tokens"},
+		{[]string{"--dev-tokens"}, "--data-dir and --postgres"},
+		{[]string{"--data-dir", dir, "--postgres", "postgres://x", "--dev-tokens"}, "--data-dir and --postgres"},
+		{[]string{"--data-dir", dir, "--dev-tokens", "--retention", "soon"}, "--retention"},
+		{[]string{"--data-dir", dir, "--dev-tokens", "extra"}, "unexpected argument"},
+		{[]string{"--bogus"}, "flag provided but not defined"},
+	}
+	for _, tt := range tests {
+		cmd := exec.Command(bin, append([]string{"server"}, tt.args...)...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tt.want) {
+			t.Errorf("syncd server %q: %v\n%s\nwant exit 2 and %q", tt.args, err, out, tt.want)
+		}
+	}
+}
+
+// TestServerCommandTokensFile: --tokens maps tokens to actors; other
+// tokens get 401.
+func TestServerCommandTokensFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("s3cret alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := syncdBinary(t)
+	cmd := exec.Command(bin, "server", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--tokens", tokens, "--retention", "2d")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr, _ := strings.Cut(line, "listening on ")
+	url, _, _ := strings.Cut(addr, " ")
+	h := remoteClient(t)
+	ok, err := h.doURL(url, "POST", "/v1/notes", "s3cret", newKey(), `{"clientId":"c","data":{}}`)
+	if err != nil || ok.status != http.StatusCreated {
+		t.Fatalf("known token: %d %v", ok.status, err)
+	}
+	bad, err := h.doURL(url, "POST", "/v1/notes", "alice", newKey(), `{"clientId":"c","data":{}}`)
+	if err != nil || bad.status != http.StatusUnauthorized {
+		t.Fatalf("unknown token: %d %v", bad.status, err)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("after SIGINT: %v", err)
+	}
 }

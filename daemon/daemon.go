@@ -1,80 +1,212 @@
-// Package daemon is syncd's engine: it owns the session and account
-// guard, and (as it grows) the worker pool that drains the queue through
-// package transport, backoff, the event bus and metrics, and the start and
-// stop lifecycle. It does not parse HTTP requests from apps: package
-// localapi does, and calls it.
+// Package daemon is syncd's engine: the worker pool that drains the queue
+// through package transport (claim a ready partition head, send, record
+// the decision and reconcile), backoff with jitter, the session and
+// account guard, metrics, and the start and stop lifecycle. It does not
+// parse HTTP requests from apps: package localapi does, and calls it.
+// docs/engine.md describes the engine's behaviour.
 package daemon
 
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/transport"
 )
+
+// Defaults for Config fields left zero.
+const (
+	// DefaultConcurrency bounds how many operations are sent at once.
+	DefaultConcurrency = 4
+	// DefaultLease is how long a claimed operation belongs to its worker:
+	// three times transport.DefaultTimeout, so a send always ends (and is
+	// recorded) before its lease could be taken over.
+	DefaultLease = 3 * transport.DefaultTimeout
+	// DefaultMaxOperationAge is the age past which an operation that was
+	// already attempted is not sent again but fails with
+	// CodeOperationExpired: a day short of the reference server's 7-day
+	// idempotency retention. A resend after the server forgot the key
+	// could apply the operation a second time.
+	DefaultMaxOperationAge = 6 * 24 * time.Hour
+)
+
+// Sender sends one attempt of an operation. *transport.Client is one.
+type Sender interface {
+	Send(ctx context.Context, r transport.Request) transport.Outcome
+}
 
 // Config configures a Daemon. The zero value of every field but Store
 // means its default.
 type Config struct {
 	// Store is the opened queue. The daemon does not close it.
 	Store *queue.Store
-	// Now is the clock. Default time.Now.
+	// Now is the clock. Default time.Now. Retries, leases and operation
+	// age are computed from it; the queue should use the same clock.
 	Now func() time.Time
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+
+	// Transport sends operations to the remote server. Start fails
+	// without one; the session guard and status work without it.
+	Transport Sender
+	// Policy schedules retries (zero: transport's defaults).
+	Policy transport.Policy
+	// Concurrency bounds the operations being sent at once (default
+	// DefaultConcurrency).
+	Concurrency int
+	// Lease is how long a claimed operation stays the worker's (default
+	// DefaultLease). It must outlive the transport's request timeout; a
+	// send is also cut off at two thirds of it.
+	Lease time.Duration
+	// MaxOperationAge: an operation created longer ago that was attempted
+	// before fails with CodeOperationExpired instead of being resent
+	// (default DefaultMaxOperationAge). Keep it below the server's
+	// idempotency retention.
+	MaxOperationAge time.Duration
+	// Rand returns a uniform value in [0, n), for backoff jitter (default
+	// math/rand/v2's Int64N). Tests pass a seeded generator.
+	Rand func(n int64) int64
+	// Registry receives the daemon's metrics (default a new registry,
+	// never the global one). MetricsHandler serves it.
+	Registry *prometheus.Registry
+	// Owner names this daemon in operation leases (default host, pid and
+	// a random suffix).
+	Owner string
+
+	// TestHookAfterClaim, if set, runs in the worker right after an
+	// operation turned sending, before the session check that precedes
+	// sending it. For tests and crash failpoints.
+	TestHookAfterClaim func(op queue.Operation)
+	// TestHookAfterResponse, if set, runs after an outcome arrived and
+	// before it is recorded in the queue. For tests and crash failpoints.
+	TestHookAfterResponse func(op queue.Operation, o transport.Outcome)
 }
 
 // Daemon is the sync engine of one data directory.
 type Daemon struct {
-	store  *queue.Store
-	now    func() time.Time
-	logger *slog.Logger
+	store   *queue.Store
+	now     func() time.Time
+	logger  *slog.Logger
+	sender  Sender
+	policy  transport.Policy
+	conc    int
+	lease   time.Duration
+	maxAge  time.Duration
+	rnd     func(n int64) int64
+	owner   string
+	metrics *metrics
+	hooks   hooks
 
-	mu      sync.Mutex
-	session *queue.Session
-	wakeCh  chan struct{}
+	// mu guards the session, its generation and the pause.
+	mu       sync.Mutex
+	session  *queue.Session
+	gen      uint64          // grows at every session change
+	paused   bool            // the session's token was refused; awaiting a new one
+	sessCtx  context.Context // ends with the account's session
+	sessDone context.CancelFunc
+
+	wakeMu sync.Mutex
+	wakeC  chan struct{} // closed (and replaced) to wake every waiting worker
+
+	onlineMu  sync.Mutex
+	online    bool
+	contacted bool // online is known
+
+	life lifecycle
+}
+
+type hooks struct {
+	afterClaim    func(queue.Operation)
+	afterResponse func(queue.Operation, transport.Outcome)
 }
 
 // New returns a Daemon over cfg.Store, with the session stored in it.
 func New(cfg Config) (*Daemon, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("daemon: Config.Store is nil")
+	}
 	d := &Daemon{
 		store:  cfg.Store,
 		now:    cfg.Now,
 		logger: cmp.Or(cfg.Logger, slog.Default()),
-		wakeCh: make(chan struct{}, 1),
+		sender: cfg.Transport,
+		policy: cfg.Policy,
+		conc:   cmp.Or(cfg.Concurrency, DefaultConcurrency),
+		lease:  cmp.Or(cfg.Lease, DefaultLease),
+		maxAge: cmp.Or(cfg.MaxOperationAge, DefaultMaxOperationAge),
+		rnd:    cfg.Rand,
+		owner:  cfg.Owner,
+		hooks:  hooks{afterClaim: cfg.TestHookAfterClaim, afterResponse: cfg.TestHookAfterResponse},
+		wakeC:  make(chan struct{}),
 	}
 	if d.now == nil {
 		d.now = time.Now
 	}
+	if d.conc < 0 || d.lease < 0 || d.maxAge < 0 {
+		return nil, fmt.Errorf("daemon: Concurrency, Lease and MaxOperationAge must not be negative")
+	}
+	if d.owner == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		rand.Read(b[:])
+		d.owner = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "syncd"), os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg, d)
+	if err != nil {
+		return nil, err
+	}
+	d.metrics = m
 	sess, err := cfg.Store.LoadSession()
 	if err != nil {
 		return nil, err
 	}
 	d.session = sess
+	d.life.init()
 	return d, nil
 }
 
 // Store returns the daemon's queue.
 func (d *Daemon) Store() *queue.Store { return d.store }
 
-// wake nudges the workers: something may have become ready.
+// wake nudges every waiting worker: something may have become ready.
 func (d *Daemon) wake() {
-	select {
-	case d.wakeCh <- struct{}{}:
-	default:
-	}
+	d.wakeMu.Lock()
+	close(d.wakeC)
+	d.wakeC = make(chan struct{})
+	d.wakeMu.Unlock()
 }
 
-// Notify tells the daemon that the queue has new work (an app write).
+// wakeChan returns the channel the next wake closes.
+func (d *Daemon) wakeChan() <-chan struct{} {
+	d.wakeMu.Lock()
+	defer d.wakeMu.Unlock()
+	return d.wakeC
+}
+
+// Notify tells the daemon that the queue has new work (an app write) or
+// that time moved (tests with an injected clock).
 func (d *Daemon) Notify() { d.wake() }
 
 // Status is the one-screen summary of the daemon's state.
 type Status struct {
 	AccountID string `json:"accountId,omitempty"`
 	SignedIn  bool   `json:"signedIn"`
-	// Online is true while the last contact with the remote succeeded.
+	// Online is true while the last contact with the remote got an
+	// answer, false after a network error or timeout (and before any
+	// contact).
 	Online bool `json:"online"`
 	// Paused is true when sending is held back: no session, or the
 	// session's token was refused and a new one is awaited.
@@ -86,6 +218,12 @@ type Status struct {
 	FreeBytes              int64               `json:"freeBytes"`
 	LastEventSeq           uint64              `json:"lastEventSeq"`
 }
+
+// Pause reasons of Status.PauseReason.
+const (
+	PauseSignedOut            = "signed_out"
+	PauseSessionRefreshNeeded = "session_refresh_needed"
+)
 
 // Status returns the current status.
 func (d *Daemon) Status(ctx context.Context) (Status, error) {
@@ -106,9 +244,24 @@ func (d *Daemon) Status(ctx context.Context) (Status, error) {
 	if !st.OldestPending.IsZero() {
 		s.OldestPendingAgeSecond = max(0, d.now().Sub(st.OldestPending).Seconds())
 	}
-	s.AccountID, s.SignedIn = d.Account()
-	if !s.SignedIn {
-		s.Paused, s.PauseReason = true, "signed_out"
+	d.mu.Lock()
+	if d.session != nil {
+		s.AccountID, s.SignedIn = d.session.AccountID, true
 	}
+	switch {
+	case d.session == nil:
+		s.Paused, s.PauseReason = true, PauseSignedOut
+	case d.paused:
+		s.Paused, s.PauseReason = true, PauseSessionRefreshNeeded
+	}
+	d.mu.Unlock()
+	s.Online = d.Online()
 	return s, nil
+}
+
+// Online reports whether the last contact with the remote got an answer.
+func (d *Daemon) Online() bool {
+	d.onlineMu.Lock()
+	defer d.onlineMu.Unlock()
+	return d.online
 }

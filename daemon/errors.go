@@ -13,3 +13,14 @@ var (
 	// ErrInvalidPolicy is returned by Logout for an unknown policy.
 	ErrInvalidPolicy = errors.New("daemon: unknown logout policy")
 )
+
+// Errors of the lifecycle.
+var (
+	// ErrNoTransport is returned by Start and RunOnce when the Config has
+	// no Transport.
+	ErrNoTransport = errors.New("daemon: no transport configured")
+	// ErrStarted is returned by a second Start.
+	ErrStarted = errors.New("daemon: already started")
+	// ErrStopped is returned by Start after Stop.
+	ErrStopped = errors.New("daemon: stopped")
+)

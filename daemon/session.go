@@ -44,6 +44,9 @@ func (d *Daemon) SetSession(ctx context.Context, accountID, token string) error 
 	if err := d.store.SaveSession(ctx, sess, queue.Event{Type: EventSessionChanged, AccountID: accountID, Data: data}); err != nil {
 		return err
 	}
+	if d.session == nil || d.session.AccountID != accountID {
+		d.endSessionSends()
+	}
 	d.session = sess
 	d.sessionChanged()
 	return nil
@@ -75,6 +78,7 @@ func (d *Daemon) Logout(ctx context.Context, policy LogoutPolicy, force bool) (p
 	if err := d.store.SaveSession(ctx, nil, queue.Event{Type: EventSessionLoggedOut, AccountID: account, Data: data}); err != nil {
 		return purged, err
 	}
+	d.endSessionSends()
 	d.session = nil
 	d.sessionChanged()
 	return purged, nil
@@ -91,7 +95,66 @@ func (d *Daemon) Account() (accountID string, ok bool) {
 	return d.session.AccountID, true
 }
 
-// sessionChanged is called with d.mu held after the session changed.
+// sessionChanged is called with d.mu held after the session changed: a
+// new generation (operations claimed under the old one are released, not
+// sent), no pause (a new token deserves a try), and the workers wake.
 func (d *Daemon) sessionChanged() {
+	d.gen++
+	d.paused = false
 	d.wake()
+}
+
+// endSessionSends cancels the sends in flight for the current account
+// (logout or account switch), with d.mu held: their operations go back to
+// pending and the old account's token is not used any longer.
+func (d *Daemon) endSessionSends() {
+	if d.sessDone != nil {
+		d.sessDone()
+		d.sessDone = nil
+	}
+}
+
+// sessionSnap is the session a worker claimed under.
+type sessionSnap struct {
+	account string
+	token   string
+	gen     uint64
+	// ctx ends when the account's session ends.
+	ctx context.Context
+}
+
+// snapshot returns the session workers may send for, or ok false when
+// signed out or paused.
+func (d *Daemon) snapshot() (s sessionSnap, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.session == nil || d.paused {
+		return s, false
+	}
+	if d.sessDone == nil {
+		var ctx context.Context
+		ctx, d.sessDone = context.WithCancel(context.Background())
+		d.sessCtx = ctx
+	}
+	return sessionSnap{account: d.session.AccountID, token: d.session.AccessToken, gen: d.gen, ctx: d.sessCtx}, true
+}
+
+// current reports whether s is still the session workers may send for.
+func (d *Daemon) current(s sessionSnap) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.session != nil && !d.paused && d.gen == s.gen && d.session.AccountID == s.account
+}
+
+// refreshNeeded pauses sending after the server refused token, unless
+// the session has changed since (a new token arrived meanwhile). It
+// returns true when it paused.
+func (d *Daemon) refreshNeeded(s sessionSnap) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.session == nil || d.gen != s.gen || d.paused {
+		return false
+	}
+	d.paused = true
+	return true
 }

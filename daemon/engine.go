@@ -1,0 +1,233 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/syncd/syncd/queue"
+)
+
+// lifecycle is the Start/Stop state of the worker pool.
+type lifecycle struct {
+	mu      sync.Mutex
+	state   int           // lifeNew, lifeRunning, lifeStopped
+	stopCh  chan struct{} // closed by Stop: claim nothing more
+	hard    context.Context
+	cancel  context.CancelFunc // ends the sends in flight
+	wg      sync.WaitGroup
+	stopped chan struct{} // closed when every worker has returned
+}
+
+const (
+	lifeNew = iota
+	lifeRunning
+	lifeStopped
+)
+
+func (l *lifecycle) init() {
+	l.stopCh = make(chan struct{})
+	l.stopped = make(chan struct{})
+}
+
+// idleRetry is how long a worker waits after the store failed before it
+// tries again (a closed store, a full disk): not a tight loop.
+const idleRetry = time.Second
+
+// Start starts the worker pool: Concurrency workers that claim the
+// current session's ready operations, send them and record the outcomes,
+// and sleep until a write (Notify), a session change or the earliest
+// next_attempt_at or lease expiry. When ctx ends the workers stop as
+// after Stop with an expired deadline. Start fails with ErrNoTransport
+// without a Config.Transport, ErrStarted when called twice, and
+// ErrStopped after Stop.
+func (d *Daemon) Start(ctx context.Context) error {
+	if d.sender == nil {
+		return ErrNoTransport
+	}
+	l := &d.life
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch l.state {
+	case lifeRunning:
+		return ErrStarted
+	case lifeStopped:
+		return ErrStopped
+	}
+	l.state = lifeRunning
+	l.hard, l.cancel = context.WithCancel(ctx)
+	l.wg.Add(d.conc)
+	for range d.conc {
+		go d.worker(l.hard)
+	}
+	go func() {
+		l.wg.Wait()
+		close(l.stopped)
+	}()
+	return nil
+}
+
+// Stop stops claiming, lets the sends in flight finish until ctx ends,
+// then cancels them: their operations go back to pending, ready to be
+// sent again. It returns when every worker has returned. Stop is safe to
+// call twice and before Start.
+func (d *Daemon) Stop(ctx context.Context) {
+	l := &d.life
+	l.mu.Lock()
+	switch l.state {
+	case lifeNew:
+		l.state = lifeStopped
+		close(l.stopCh)
+		close(l.stopped)
+		l.mu.Unlock()
+		return
+	case lifeRunning:
+		l.state = lifeStopped
+		close(l.stopCh)
+	}
+	l.mu.Unlock()
+	select {
+	case <-l.stopped:
+	case <-ctx.Done():
+		l.cancel()
+		<-l.stopped
+	}
+	if l.cancel != nil {
+		l.cancel()
+	}
+	if c, ok := d.sender.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// worker claims and sends operations until the daemon stops.
+func (d *Daemon) worker(hard context.Context) {
+	defer d.life.wg.Done()
+	for {
+		wake := d.wakeChan() // before claiming, so no wake is missed
+		select {
+		case <-d.life.stopCh:
+			return
+		case <-hard.Done():
+			return
+		default:
+		}
+		c, ok, err := d.claim(hard)
+		if ok {
+			d.process(hard, c)
+			continue
+		}
+		var delay time.Duration
+		hasDelay := false
+		if err != nil {
+			if hard.Err() != nil {
+				return
+			}
+			d.logger.Error("daemon: claim failed", "err", err)
+			delay, hasDelay = idleRetry, true
+		} else if at, ok := d.nextWake(); ok {
+			// A wake time already past means the claim raced with a
+			// change; look again soon, never spin.
+			delay, hasDelay = max(at.Sub(d.now()), time.Millisecond), true
+		}
+		var timer *time.Timer
+		var fire <-chan time.Time
+		if hasDelay {
+			timer = time.NewTimer(delay)
+			fire = timer.C
+		}
+		select {
+		case <-d.life.stopCh:
+		case <-hard.Done():
+		case <-wake:
+		case <-fire:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// claimed is an operation a worker holds, and the session it was claimed
+// under.
+type claimed struct {
+	op   queue.Operation
+	sess sessionSnap
+}
+
+// claim takes the next ready operation of the current session's account.
+// ok is false when there is none, when signed out or paused.
+func (d *Daemon) claim(ctx context.Context) (c claimed, ok bool, err error) {
+	sess, ok := d.snapshot()
+	if !ok {
+		return c, false, nil
+	}
+	// A read first: a claim that finds nothing would still cost a write
+	// transaction (and an fsync) in the committer.
+	at, ok, err := d.store.NextWake(sess.account)
+	if err != nil || !ok || at.After(d.now()) {
+		return c, false, err
+	}
+	op, err := d.store.Claim(ctx, sess.account, d.owner, d.lease)
+	if errors.Is(err, queue.ErrNoReady) {
+		return c, false, nil
+	}
+	if err != nil {
+		return c, false, err
+	}
+	return claimed{op: op, sess: sess}, true, nil
+}
+
+// nextWake is when the current account may next have something to claim.
+func (d *Daemon) nextWake() (time.Time, bool) {
+	sess, ok := d.snapshot()
+	if !ok {
+		return time.Time{}, false
+	}
+	at, ok, err := d.store.NextWake(sess.account)
+	if err != nil {
+		return d.now().Add(idleRetry), true
+	}
+	return at, ok
+}
+
+// RunOnce is one pass of the engine, for tests and tools: it claims up to
+// Concurrency ready operations of the current session's account, sends
+// them concurrently, records every outcome and returns how many it
+// processed. It needs a Config.Transport and does not need Start.
+func (d *Daemon) RunOnce(ctx context.Context) (int, error) {
+	if d.sender == nil {
+		return 0, ErrNoTransport
+	}
+	var wg sync.WaitGroup
+	n := 0
+	for n < d.conc {
+		c, ok, err := d.claim(ctx)
+		if err != nil {
+			wg.Wait()
+			return n, err
+		}
+		if !ok {
+			break
+		}
+		n++
+		wg.Go(func() { d.process(ctx, c) })
+	}
+	wg.Wait()
+	return n, nil
+}
+
+// Drain calls RunOnce until a pass finds nothing ready, and returns how
+// many operations it processed. Operations waiting for a later
+// next_attempt_at stay waiting.
+func (d *Daemon) Drain(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := d.RunOnce(ctx)
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+	}
+}

@@ -1,0 +1,369 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncd/syncd/internal/faultproxy"
+	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/transport"
+)
+
+// An entity created, updated and deleted offline reaches the server in
+// order; the update and delete use the server id the create returned.
+func TestDependentOperationsUseServerID(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	c := e.create("n1", `{"title":"a"}`)
+	u := e.update("n1", `{"title":"b"}`)
+	e.create("n2", `{"title":"x"}`)
+	u2 := e.update("n2", `{"body":"y"}`)
+	d := e.del("n1")
+
+	if n := e.drain(); n != 5 {
+		t.Fatalf("drained %d operations, want 5", n)
+	}
+	for _, id := range []string{c.Operation.ID, u.Operation.ID, d.Operation.ID, u2.Operation.ID} {
+		e.wantState(id, queue.StateDone)
+	}
+	rec := e.oneRecord("n1")
+	if !rec.Deleted {
+		t.Errorf("server record of n1 not deleted: %+v", rec)
+	}
+	jsonEq(t, rec.Data, `{"title":"b"}`)
+	if _, err := e.store.EntityRow("alice", "note", "n1"); !errors.Is(err, queue.ErrEntityNotFound) {
+		t.Errorf("deleted entity row still there: %v", err)
+	}
+	rec2 := e.oneRecord("n2")
+	jsonEq(t, rec2.Data, `{"title":"x","body":"y"}`)
+	ent := e.entity("n2")
+	if ent.SyncState != queue.SyncSynced || ent.ServerID != rec2.ID {
+		t.Errorf("entity n2: %s server id %q, want synced %q", ent.SyncState, ent.ServerID, rec2.ID)
+	}
+	// The update went to the server id, not the local id.
+	for _, le := range e.proxy.Log() {
+		if le.Method == "PATCH" && !strings.HasSuffix(le.Path, "/"+rec2.ID) && !strings.HasSuffix(le.Path, "/"+rec.ID) {
+			t.Errorf("update sent to %s", le.Path)
+		}
+	}
+	if !e.d.Online() {
+		t.Error("not online after answers")
+	}
+}
+
+// A network error schedules a retry with backoff; the op goes out again
+// only once its next_attempt_at has come on the injected clock.
+func TestNetworkErrorRetriesWithBackoff(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if r.KeySeen == 1 {
+			return faultproxy.Action{Kind: faultproxy.Reset}
+		}
+		return faultproxy.Action{}
+	})
+	c := e.create("n1", `{"v":1}`)
+	if n, err := e.d.RunOnce(t.Context()); n != 1 || err != nil {
+		t.Fatalf("RunOnce: %d, %v", n, err)
+	}
+	op := e.wantState(c.Operation.ID, queue.StateRetryWaiting)
+	if op.LastErrorCode != transport.CodeNetwork {
+		t.Errorf("last error code %q, want network", op.LastErrorCode)
+	}
+	if e.d.Online() {
+		t.Error("online after a reset")
+	}
+	st, _ := e.d.Status(t.Context())
+	if st.Online || st.Counts[queue.StateRetryWaiting] != 1 {
+		t.Errorf("status %+v", st)
+	}
+	wait := op.NextAttemptAt.Sub(e.clock.Now())
+	if wait < 0 || wait > transport.DefaultBackoffBase {
+		t.Fatalf("next attempt in %v, want within the first backoff cap", wait)
+	}
+	if wait > 0 {
+		if n, _ := e.d.RunOnce(t.Context()); n != 0 {
+			t.Fatalf("sent %d before next_attempt_at", n)
+		}
+	}
+	e.clock.Advance(wait)
+	e.drain()
+	e.wantState(c.Operation.ID, queue.StateDone)
+	e.oneRecord("n1")
+	if !e.d.Online() {
+		t.Error("not online after an answer")
+	}
+	e.events.wait(t, "connectivity events", func(es []queue.Event) bool {
+		var got []string
+		for _, ev := range es {
+			if ev.Type == EventConnectivityChanged {
+				got = append(got, string(ev.Data))
+			}
+		}
+		return strings.Join(got, ",") == `{"online":false},{"online":true}`
+	})
+}
+
+// 401 pauses the account and emits session.refresh_needed; nothing is
+// sent until a new token arrives, then the op goes with the new token.
+func TestUnauthorizedPausesUntilNewToken(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if r.Token == "alice.1" {
+			return faultproxy.Action{Kind: faultproxy.Respond, Status: 401}
+		}
+		return faultproxy.Action{}
+	})
+	c := e.create("n1", `{"v":1}`)
+	e.create("n2", `{"v":2}`)
+	e.drain()
+	st, err := e.d.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Paused || st.PauseReason != PauseSessionRefreshNeeded {
+		t.Fatalf("status %+v, want paused for a session refresh", st)
+	}
+	if op := e.op(c.Operation.ID); op.State != queue.StatePending && op.State != queue.StateSending {
+		t.Fatalf("op is %s, want pending", op.State)
+	}
+	e.events.wait(t, "session.refresh_needed", func(es []queue.Event) bool {
+		for _, ev := range es {
+			if ev.Type == EventSessionRefreshNeeded && ev.AccountID == "alice" {
+				return true
+			}
+		}
+		return false
+	})
+	before := len(e.proxy.Log())
+	if n, _ := e.d.RunOnce(t.Context()); n != 0 {
+		t.Fatalf("claimed %d while paused", n)
+	}
+	if got := len(e.proxy.Log()); got != before {
+		t.Fatalf("sent %d requests while paused", got-before)
+	}
+	if err := e.d.SetSession(t.Context(), "alice", "alice.2"); err != nil {
+		t.Fatal(err)
+	}
+	e.drain()
+	e.wantState(c.Operation.ID, queue.StateDone)
+	e.oneRecord("n1")
+	e.oneRecord("n2")
+	if st, _ := e.d.Status(t.Context()); st.Paused {
+		t.Fatalf("still paused: %+v", st)
+	}
+}
+
+// An operation whose account is not the session's is never sent.
+func TestOtherAccountNeverSent(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	b := e.apply(queue.Write{Op: queue.OpCreate, AccountID: "bob", EntityID: "b1", Data: []byte(`{"v":1}`)})
+	a := e.create("a1", `{"v":1}`)
+	e.drain()
+	e.wantState(a.Operation.ID, queue.StateDone)
+	e.wantState(b.Operation.ID, queue.StatePending)
+	for _, le := range e.proxy.Log() {
+		if le.Token != "alice.1" || le.Key == b.Operation.ID {
+			t.Errorf("request %s with token %q sent while alice is signed in", le.Key, le.Token)
+		}
+	}
+	// Signed out: nothing at all.
+	if _, err := e.d.Logout(t.Context(), LogoutKeep, false); err != nil {
+		t.Fatal(err)
+	}
+	e.create("a2", `{"v":2}`)
+	if n, _ := e.d.RunOnce(t.Context()); n != 0 {
+		t.Fatalf("claimed %d while signed out", n)
+	}
+	// Bob signs in: his op goes with his token.
+	if err := e.d.SetSession(t.Context(), "bob", "bob.1"); err != nil {
+		t.Fatal(err)
+	}
+	e.drain()
+	e.wantState(b.Operation.ID, queue.StateDone)
+	for _, le := range e.proxy.Log() {
+		if le.Key == b.Operation.ID && le.Token != "bob.1" {
+			t.Errorf("bob's op sent with %q", le.Token)
+		}
+	}
+}
+
+// Permanent and needs-user-action outcomes fail the op with its code and
+// turn the entity failed with a readable syncError.
+func TestValidationFailsPermanently(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	c := e.create("n1", `{"invalid":true}`)
+	e.drain()
+	op := e.wantState(c.Operation.ID, queue.StatePermanentFailed)
+	if op.LastErrorCode != transport.CodeValidation {
+		t.Fatalf("code %q, want validation", op.LastErrorCode)
+	}
+	ent := e.entity("n1")
+	if ent.SyncState != queue.SyncFailed || !strings.Contains(ent.SyncError, "validation") {
+		t.Fatalf("entity %s %q", ent.SyncState, ent.SyncError)
+	}
+	if got := counter(t, e.d.Registry(), "offline_permanent_failures_total", "code", "validation"); got != 1 {
+		t.Errorf("offline_permanent_failures_total{code=validation} = %v", got)
+	}
+	if n := len(e.serverRecords("n1")); n != 0 {
+		t.Errorf("server holds %d records", n)
+	}
+}
+
+// An operation attempted before and older than MaxOperationAge is not
+// resent; one never attempted is sent whatever its age.
+func TestOperationExpired(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{cfg: Config{Policy: transport.Policy{MaxElapsed: 30 * 24 * time.Hour}}})
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if strings.Contains(string(r.Body), `"old"`) && r.KeySeen == 1 {
+			return faultproxy.Action{Kind: faultproxy.Reset}
+		}
+		return faultproxy.Action{}
+	})
+	old := e.create("old", `{"v":"old"}`)
+	e.drain()
+	e.wantState(old.Operation.ID, queue.StateRetryWaiting)
+	e.clock.Advance(DefaultMaxOperationAge + time.Hour)
+	fresh := e.create("fresh", `{"v":1}`)
+	e.clock.Advance(DefaultMaxOperationAge + time.Hour) // fresh is old too, but never sent
+	e.drain()
+	op := e.wantState(old.Operation.ID, queue.StatePermanentFailed)
+	if op.LastErrorCode != CodeOperationExpired {
+		t.Fatalf("code %q, want %s", op.LastErrorCode, CodeOperationExpired)
+	}
+	e.wantState(fresh.Operation.ID, queue.StateDone)
+	if n := faultproxy.Count(e.proxy.Log(), keyed(old.Operation.ID)); n != 1 {
+		t.Errorf("expired op sent %d times, want 1", n)
+	}
+}
+
+// Retrying stops by elapsed time: past the policy's MaxElapsed the op
+// fails with retry_expired.
+func TestRetryExpired(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{cfg: Config{
+		Policy: transport.Policy{MaxElapsed: time.Minute, Backoff: transport.Backoff{Base: time.Hour}},
+		Rand:   func(n int64) int64 { return n - 1 },
+	}})
+	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action { return faultproxy.Action{Kind: faultproxy.Respond, Status: 503} })
+	c := e.create("n1", `{"v":1}`)
+	e.drain()
+	op := e.wantState(c.Operation.ID, queue.StatePermanentFailed)
+	if op.LastErrorCode != CodeRetryExpired {
+		t.Fatalf("code %q", op.LastErrorCode)
+	}
+	if got := counter(t, e.d.Registry(), "offline_attempts_total", "result", transport.CodeUnavailable); got != 1 {
+		t.Errorf("offline_attempts_total{result=unavailable} = %v", got)
+	}
+}
+
+// Start drains on writes; Stop is safe twice and before Start.
+func TestStartStop(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{realClock: true})
+	if err := e.d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Start(t.Context()); !errors.Is(err, ErrStarted) {
+		t.Fatalf("second Start: %v", err)
+	}
+	var ids []string
+	for i := range 20 {
+		ids = append(ids, e.create("n"+string(rune('a'+i)), `{"v":1}`).Operation.ID)
+	}
+	e.events.wait(t, "all done", func(es []queue.Event) bool {
+		done := map[string]bool{}
+		for _, ev := range es {
+			if ev.Type == queue.EventOperationState && ev.State == queue.StateDone {
+				done[ev.OperationID] = true
+			}
+		}
+		return len(done) == len(ids)
+	})
+	e.d.Stop(t.Context())
+	e.d.Stop(t.Context())
+	if err := e.d.Start(t.Context()); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Start after Stop: %v", err)
+	}
+
+	d2, err := New(Config{Store: e.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2.Stop(t.Context()) // before Start
+	d2.Stop(t.Context())
+	if err := d2.Start(t.Context()); !errors.Is(err, ErrNoTransport) {
+		t.Fatalf("Start without transport: %v", err)
+	}
+}
+
+// Stop lets sends in flight finish until its deadline, then cancels them
+// and puts their operations back to pending.
+func TestStopReleasesInFlight(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{realClock: true})
+	hold := make(chan struct{})
+	defer close(hold)
+	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action { return faultproxy.Action{Kind: faultproxy.Hold, Hold: hold} })
+	if err := e.d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c := e.create("n1", `{"v":1}`)
+	if err := e.proxy.Wait(t.Context(), func(l []faultproxy.Entry) bool { return len(l) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // no grace: cancel at once
+	e.d.Stop(ctx)
+	op := e.wantState(c.Operation.ID, queue.StatePending)
+	if op.AttemptCount != 1 || op.LeaseOwner != "" {
+		t.Errorf("released op: attempts %d owner %q", op.AttemptCount, op.LeaseOwner)
+	}
+	if got := counter(t, e.d.Registry(), "offline_attempts_total", "result", transport.CodeCanceled); got != 1 {
+		t.Errorf("canceled attempts %v", got)
+	}
+}
+
+// The metrics handler serves the article's metric names.
+func TestMetricsHandler(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	e.create("n1", `{"v":1}`)
+	e.create("n2", `{"invalid":true}`)
+	e.clock.Advance(90 * time.Second)
+	e.create("n3", `{"v":1}`)
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if strings.Contains(r.Path, "/note") && strings.Contains(string(r.Body), `"n3"`) {
+			return faultproxy.Action{Kind: faultproxy.Respond, Status: 429, RetryAfter: "60"}
+		}
+		return faultproxy.Action{}
+	})
+	e.drain()
+	rec := httptest.NewRecorder()
+	e.d.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{
+		`offline_queue_depth{state="done"} 1`,
+		`offline_queue_depth{state="permanent_failed"} 1`,
+		`offline_queue_depth{state="retry_waiting"} 1`,
+		`offline_queue_depth{state="pending"} 0`,
+		`offline_queue_oldest_age_seconds 90`,
+		`offline_attempts_total{result="done"} 1`,
+		`offline_attempts_total{result="rate_limited"} 1`,
+		`offline_attempts_total{result="validation"} 1`,
+		`offline_permanent_failures_total{code="validation"} 1`,
+	} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}

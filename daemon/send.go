@@ -1,0 +1,218 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/transport"
+)
+
+// Codes the daemon records on operations, beside transport's codes.
+const (
+	// CodeOperationExpired: the operation was attempted before and is
+	// older than Config.MaxOperationAge; the server may have forgotten
+	// its key, so it is not resent blindly. The user reviews it.
+	CodeOperationExpired = "operation_expired"
+	// CodeRetryExpired: retrying would go past the policy's MaxElapsed
+	// (transport.CodeRetryExpired).
+	CodeRetryExpired = transport.CodeRetryExpired
+)
+
+// Event types the daemon appends to the change log.
+const (
+	// EventSessionRefreshNeeded: the server refused the session's token
+	// (401); sending is paused until PUT /v1/session gives a new one.
+	EventSessionRefreshNeeded = "session.refresh_needed"
+	// EventConnectivityChanged: the remote became reachable or not; Data
+	// is {"online":bool}.
+	EventConnectivityChanged = "connectivity.changed"
+)
+
+// process sends one claimed operation and records the outcome. hard ends
+// the send when the daemon stops.
+func (d *Daemon) process(hard context.Context, c claimed) {
+	op := c.op
+	if d.hooks.afterClaim != nil {
+		d.hooks.afterClaim(op)
+	}
+	// The account guard: the operation's account is the session's, and
+	// the session (and so the token) is still the one it was claimed
+	// under. Otherwise nothing is sent.
+	if op.AccountID != c.sess.account || !d.current(c.sess) {
+		d.release(op, "session changed")
+		return
+	}
+	if op.AttemptCount > 1 && d.now().Sub(op.CreatedAt) > d.maxAge {
+		msg := fmt.Sprintf("the operation is %s old and was attempted before; the server may have forgotten it, so it is not resent", d.now().Sub(op.CreatedAt).Round(1e9))
+		d.fail(op, CodeOperationExpired, msg)
+		return
+	}
+	req, err := d.request(op, c.sess.token)
+	if err != nil {
+		d.logger.Error("daemon: build request", "operation", op.ID, "err", err)
+		d.release(op, "store read failed")
+		return
+	}
+
+	// The send ends when the daemon stops, when the account's session
+	// ends, and before the lease could be taken over.
+	ctx, cancel := context.WithTimeout(hard, d.lease*2/3)
+	unhook := context.AfterFunc(c.sess.ctx, cancel)
+	o := d.sender.Send(ctx, req)
+	leaseCut := errors.Is(ctx.Err(), context.DeadlineExceeded) && hard.Err() == nil && c.sess.ctx.Err() == nil
+	unhook()
+	cancel()
+
+	if d.hooks.afterResponse != nil {
+		d.hooks.afterResponse(op, o)
+	}
+	d.contact(o)
+	d.record(c, o, leaseCut)
+}
+
+// request builds the transport request of op, resolving the server id of
+// an update or delete from the entity row at send time: the create that
+// went before it put it there.
+func (d *Daemon) request(op queue.Operation, token string) (transport.Request, error) {
+	r := transport.Request{
+		OperationID:    op.ID,
+		Op:             string(op.Type),
+		EntityType:     op.EntityType,
+		EntityID:       op.EntityID,
+		Data:           json.RawMessage(op.Payload),
+		PayloadVersion: op.PayloadVersion,
+		Token:          token,
+	}
+	if op.Type != queue.OpCreate {
+		e, err := d.store.EntityRow(op.AccountID, op.EntityType, op.EntityID)
+		switch {
+		case errors.Is(err, queue.ErrEntityNotFound):
+			// Nothing to address: the transport answers missing_server_id.
+		case err != nil:
+			return r, err
+		default:
+			r.ServerID = e.ServerID
+		}
+	}
+	return r, nil
+}
+
+// record stores the decision of an outcome in the queue.
+func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut bool) {
+	op := c.op
+	ctx := context.Background() // the outcome must land even while stopping
+	switch o.Decision {
+	case transport.Done:
+		d.metrics.attempt(doneResult(o))
+		if _, err := d.store.Complete(ctx, op.ID, d.owner, queue.Completion{ServerID: o.ServerID}); err != nil {
+			d.storeErr("complete", op, err)
+		}
+	case transport.RefreshSession:
+		d.metrics.attempt(o.Code)
+		d.release(op, "token refused")
+		if d.refreshNeeded(c.sess) {
+			d.logger.Warn("daemon: the server refused the session's token; sending is paused until a new token is set", "account", op.AccountID)
+			data, _ := json.Marshal(map[string]string{"reason": o.Code})
+			if _, err := d.store.AppendEvent(ctx, queue.Event{Type: EventSessionRefreshNeeded, AccountID: op.AccountID, Data: data}); err != nil {
+				d.logger.Error("daemon: append event", "type", EventSessionRefreshNeeded, "err", err)
+			}
+		}
+	case transport.Retry:
+		if o.Code == transport.CodeCanceled && !leaseCut {
+			// The daemon is stopping or the session ended: no penalty.
+			d.metrics.attempt(o.Code)
+			d.release(op, "send canceled")
+			return
+		}
+		code := o.Code
+		if leaseCut {
+			code = transport.CodeTimeout
+			o.Code = code
+		}
+		d.metrics.attempt(code)
+		at, giveUp, gcode := d.policy.Next(o, op.AttemptCount-1, op.CreatedAt, d.now(), d.rnd)
+		if giveUp {
+			d.fail(op, gcode, fmt.Sprintf("gave up retrying after %d attempts; last error: %s", op.AttemptCount, message(o)))
+			return
+		}
+		if err := d.store.RetryAt(ctx, op.ID, d.owner, at, code, message(o)); err != nil {
+			d.storeErr("retry", op, err)
+		}
+	default: // Permanent, NeedsUserAction
+		d.metrics.attempt(o.Code)
+		d.fail(op, o.Code, message(o))
+	}
+}
+
+func doneResult(o transport.Outcome) string {
+	if o.Replayed {
+		return "replayed"
+	}
+	return "done"
+}
+
+// message is the readable reason of an outcome for last_error and the
+// entity's syncError.
+func message(o transport.Outcome) string {
+	switch {
+	case o.Message != "":
+		return o.Message
+	case o.Err != nil:
+		return o.Err.Error()
+	}
+	return o.Code
+}
+
+func (d *Daemon) fail(op queue.Operation, code, msg string) {
+	d.metrics.permanent(code)
+	if err := d.store.Fail(context.Background(), op.ID, d.owner, code, msg); err != nil {
+		d.storeErr("fail", op, err)
+		return
+	}
+	d.logger.Warn("daemon: operation failed permanently", "operation", op.ID, "type", op.Type, "entityType", op.EntityType, "code", code, "reason", msg)
+}
+
+// release puts a claimed operation back to pending, ready at once.
+func (d *Daemon) release(op queue.Operation, why string) {
+	if err := d.store.Release(context.Background(), op.ID, d.owner); err != nil {
+		d.storeErr("release ("+why+")", op, err)
+	}
+}
+
+// storeErr logs a failed outcome write. A lost lease (another worker took
+// the operation over) and a purged operation are expected and quiet.
+func (d *Daemon) storeErr(what string, op queue.Operation, err error) {
+	if errors.Is(err, queue.ErrLeaseLost) || errors.Is(err, queue.ErrOperationNotFound) || errors.Is(err, queue.ErrIllegalTransition) {
+		d.logger.Debug("daemon: outcome not recorded", "what", what, "operation", op.ID, "err", err)
+		return
+	}
+	d.logger.Error("daemon: outcome not recorded", "what", what, "operation", op.ID, "err", err)
+}
+
+// contact tracks whether the remote answers.
+func (d *Daemon) contact(o transport.Outcome) {
+	var online bool
+	switch {
+	case o.Status != 0:
+		online = true
+	case o.Code == transport.CodeNetwork || o.Code == transport.CodeTimeout:
+		online = false
+	default:
+		return // not sent, or canceled: says nothing about the remote
+	}
+	d.onlineMu.Lock()
+	changed := !d.contacted || d.online != online
+	d.online, d.contacted = online, true
+	d.onlineMu.Unlock()
+	if !changed {
+		return
+	}
+	d.logger.Info("daemon: remote reachability changed", "online", online)
+	data, _ := json.Marshal(map[string]bool{"online": online})
+	if _, err := d.store.AppendEvent(context.Background(), queue.Event{Type: EventConnectivityChanged, Data: data}); err != nil {
+		d.logger.Error("daemon: append event", "type", EventConnectivityChanged, "err", err)
+	}
+}

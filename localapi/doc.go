@@ -1,0 +1,33 @@
+// Package localapi is syncd's loopback HTTP API: the endpoints desktop
+// apps call to set the session, write and read their entities, inspect
+// the outgoing queue and act on failed operations, and read the daemon's
+// status.
+//
+// It owns the API's security (one guard in front of every route: loopback
+// Host names only, an Origin allowlist, a bearer token compared in
+// constant time, a body size limit, security headers on every response),
+// strict request parsing, the app's Idempotency-Key, and the error shape
+// {"error":{"code","message"}} with stable codes. It holds no sync logic:
+// writes and reads go to package queue, the session and status to package
+// daemon.
+//
+// # Requests
+//
+// A handler reads: method (the mux) → parse (400) → look up (404) → act →
+// JSON. Bad input is refused before anything is written. Bodies are one
+// JSON object, Content-Type application/json, no unknown fields, nothing
+// after the object.
+//
+// # Idempotency
+//
+// An entity write (POST, PATCH or DELETE under /v1/entities) may carry an
+// Idempotency-Key header. The key becomes the operation's id, so one user
+// intent keeps one id from the app to the remote server. The request's
+// fingerprint (SHA-256 of method, path and the canonical JSON of the
+// body) is stored with the operation: the same key and body again answer
+// with the same status and operationId and the header
+// Idempotent-Replayed: true, writing nothing; the same key with another
+// request is refused with 422 idempotency_key_reused.
+//
+// See docs/localapi.md for the endpoint reference.
+package localapi

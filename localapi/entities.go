@@ -1,0 +1,281 @@
+package localapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/syncd/syncd/queue"
+)
+
+// entityAnswer is an entity as the API returns it; writes add the id of
+// the operation they made.
+type entityAnswer struct {
+	queue.Entity
+	OperationID string `json:"operationId,omitempty"`
+}
+
+// listAnswer is one page of a list. Next is the cursor for the next page
+// (pass it as ?after=), empty on the last page.
+type listAnswer[T any] struct {
+	Items []T    `json:"items"`
+	Next  string `json:"next"`
+}
+
+// entityTypeParam parses the {type} path value.
+func entityTypeParam(r *http.Request) (string, error) {
+	t := r.PathValue("type")
+	if err := queue.ValidateEntityType(t); err != nil {
+		return "", badRequest(CodeInvalidRequest, fmt.Sprintf("entity type %q in the path must be 1 to %d letters, digits, '_', '-' or '.'", t, queue.MaxEntityTypeLen))
+	}
+	return t, nil
+}
+
+// entityIDParam parses the {id} path value of an entity route.
+func entityIDParam(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	if err := queue.ValidateEntityID(id); err != nil {
+		return "", badRequest(CodeInvalidRequest, "entity id in the path: "+idProblem(queue.MaxEntityIDLen))
+	}
+	return id, nil
+}
+
+func idProblem(max int) string {
+	return fmt.Sprintf("must be 1 to %d printable ASCII characters without spaces or '/'", max)
+}
+
+// lookupType refuses an entity type the server is not configured for.
+func (s *Server) lookupType(t string) error {
+	if s.types != nil && !s.types[t] {
+		return &apiError{http.StatusNotFound, CodeUnknownEntityType, fmt.Sprintf("entity type %q is not configured", t)}
+	}
+	return nil
+}
+
+// account returns the current session's account, or no_session.
+func (s *Server) account() (string, error) {
+	a, ok := s.d.Account()
+	if !ok {
+		return "", &apiError{http.StatusConflict, CodeNoSession, "no session: sign in first with PUT /v1/session"}
+	}
+	return a, nil
+}
+
+// POST /v1/entities/{type} {id?, data} → 201 entity + operationId.
+func (s *Server) createEntity(w http.ResponseWriter, r *http.Request) {
+	typ, err := entityTypeParam(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var id string
+	var data json.RawMessage
+	idField := &field{name: "id", dst: &id}
+	body, err := s.parseWrite(r, idField, &field{name: "data", dst: &data, required: true})
+	if err == nil && idField.present {
+		if queue.ValidateEntityID(id) != nil {
+			err = badRequest(CodeInvalidRequest, `field "id" `+idProblem(queue.MaxEntityIDLen))
+		}
+	}
+	if err == nil {
+		err = requireObject("data", data)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.write(w, r, http.StatusCreated, body, queue.Write{Op: queue.OpCreate, EntityType: typ, EntityID: id, Data: data})
+}
+
+// PATCH /v1/entities/{type}/{id} {data} → 200 entity + operationId. data
+// is an RFC 7396 merge patch.
+func (s *Server) updateEntity(w http.ResponseWriter, r *http.Request) {
+	typ, err := entityTypeParam(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	id, err := entityIDParam(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var data json.RawMessage
+	body, err := s.parseWrite(r, &field{name: "data", dst: &data, required: true})
+	if err == nil {
+		err = requireObject("data", data)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.write(w, r, http.StatusOK, body, queue.Write{Op: queue.OpUpdate, EntityType: typ, EntityID: id, Data: data})
+}
+
+// DELETE /v1/entities/{type}/{id} → 200 entity (deleted) + operationId.
+func (s *Server) deleteEntity(w http.ResponseWriter, r *http.Request) {
+	typ, err := entityTypeParam(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	id, err := entityIDParam(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := requireNoBody(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.write(w, r, http.StatusOK, nil, queue.Write{Op: queue.OpDelete, EntityType: typ, EntityID: id})
+}
+
+// parseWrite reads and decodes a write's JSON body into fields.
+func (s *Server) parseWrite(r *http.Request, fields ...*field) ([]byte, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	return body, decodeObject(body, fields...)
+}
+
+// write finishes an entity write whose path and body are parsed: the
+// Idempotency-Key, the type and session look-ups, the queue write, the
+// answer.
+func (s *Server) write(w http.ResponseWriter, r *http.Request, status int, body []byte, wr queue.Write) {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if key != "" {
+		if wr.RequestFingerprint, err = requestFingerprint(r, body); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		wr.OperationID = key
+	}
+	if err := s.lookupType(wr.EntityType); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if wr.AccountID, err = s.account(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := s.store.Apply(r.Context(), wr)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if res.Replayed {
+		w.Header().Set(headerReplayed, "true")
+	} else {
+		s.d.Notify()
+	}
+	e := res.Entity
+	if e.ID == "" {
+		// A replay of a write whose entity has left the store since (its
+		// delete reached the server, or the user discarded its create).
+		op := res.Operation
+		e = queue.Entity{AccountID: op.AccountID, Type: op.EntityType, ID: op.EntityID, Deleted: true}
+		if op.State == queue.StateDone {
+			e.SyncState = queue.SyncSynced
+		}
+	}
+	writeJSON(w, status, entityAnswer{Entity: e, OperationID: res.Operation.ID})
+}
+
+// GET /v1/entities/{type}/{id} → 200 entity.
+func (s *Server) getEntity(w http.ResponseWriter, r *http.Request) {
+	typ, err := entityTypeParam(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	id, err := entityIDParam(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if _, err := query(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.lookupType(typ); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	account, err := s.account()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	e, err := s.store.GetEntity(account, typ, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, entityAnswer{Entity: e})
+}
+
+// GET /v1/entities/{type}?syncState=&limit=&after= → 200 {items, next}.
+func (s *Server) listEntities(w http.ResponseWriter, r *http.Request) {
+	typ, err := entityTypeParam(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	opts, err := entityListOptions(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.lookupType(typ); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	account, err := s.account()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	items, err := s.store.ListEntities(account, typ, opts)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ans := listAnswer[entityAnswer]{Items: make([]entityAnswer, len(items))}
+	for i, e := range items {
+		ans.Items[i] = entityAnswer{Entity: e}
+	}
+	if len(items) == opts.Limit {
+		ans.Next = items[len(items)-1].ID
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+func entityListOptions(r *http.Request) (queue.ListOptions, error) {
+	q, err := query(r, "syncState", "limit", "after")
+	if err != nil {
+		return queue.ListOptions{}, err
+	}
+	var opts queue.ListOptions
+	switch st := queue.SyncState(q.Get("syncState")); st {
+	case "", queue.SyncPending, queue.SyncSynced, queue.SyncFailed:
+		opts.SyncState = st
+	default:
+		return opts, badRequest(CodeInvalidRequest, fmt.Sprintf("syncState must be pending, synced or failed, got %q", st))
+	}
+	if opts.Limit, err = parseLimit(q.Get("limit")); err != nil {
+		return opts, err
+	}
+	if after := q.Get("after"); after != "" {
+		if queue.ValidateEntityID(after) != nil {
+			return opts, badRequest(CodeInvalidRequest, "after must be an entity id from a previous page's next")
+		}
+		opts.After = after
+	}
+	return opts, nil
+}

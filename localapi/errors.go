@@ -1,0 +1,138 @@
+package localapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/syncd/syncd/daemon"
+	"github.com/syncd/syncd/queue"
+)
+
+// Errors returned by the helpers that set up a server.
+var (
+	// ErrNotLoopback is returned by CheckListenAddr for an address that is
+	// not a loopback address or "localhost".
+	ErrNotLoopback = errors.New("localapi: listen address is not loopback")
+	// ErrTokenFileMode is returned by LoadOrCreateToken when the token
+	// file can be read by users other than its owner.
+	ErrTokenFileMode = errors.New("localapi: API token file is readable by other users")
+	// ErrTokenFileInvalid is returned by LoadOrCreateToken when the token
+	// file does not hold a token.
+	ErrTokenFileInvalid = errors.New("localapi: API token file is malformed")
+)
+
+// The error codes of the API: the "code" of {"error":{"code","message"}}.
+// They are stable; clients switch on them.
+const (
+	CodeUnauthorized         = "unauthorized"           // 401: missing or wrong bearer token
+	CodeForbiddenHost        = "forbidden_host"         // 403: Host is not a loopback name
+	CodeForbiddenOrigin      = "forbidden_origin"       // 403: Origin not on the allowlist
+	CodeNotFound             = "not_found"              // 404: no such route, entity or operation
+	CodeUnknownEntityType    = "unknown_entity_type"    // 404: entity type not configured
+	CodeMethodNotAllowed     = "method_not_allowed"     // 405
+	CodeUnsupportedMediaType = "unsupported_media_type" // 415: body without Content-Type application/json
+	CodeBodyTooLarge         = "body_too_large"         // 413
+	CodeInvalidJSON          = "invalid_json"           // 400: body is not one JSON object
+	CodeInvalidRequest       = "invalid_request"        // 400: a field, parameter or header is wrong
+	CodeNoSession            = "no_session"             // 409: the request needs a signed-in account
+	CodeEntityExists         = "entity_exists"          // 409: create of an id that is taken
+	CodeIllegalTransition    = "illegal_transition"     // 409: retry/discard of an operation not failed
+	CodeNotPurgeable         = "not_purgeable"          // 409: purge refused, unsynced operations
+	CodeKeyReused            = "idempotency_key_reused" // 422: Idempotency-Key used for another request
+	CodeInternal             = "internal"               // 500
+)
+
+// errorBody is the JSON shape of every error answer.
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// writeError writes every error answer of the API.
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	var b errorBody
+	b.Error.Code, b.Error.Message = code, message
+	writeJSON(w, status, b)
+}
+
+// writeJSON writes v as the JSON answer with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"code":"internal","message":"encoding the answer failed"}}`)
+	}
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// apiError is an error a handler already classified.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.message }
+
+func badRequest(code, message string) *apiError {
+	return &apiError{http.StatusBadRequest, code, message}
+}
+
+// classify maps an error from a handler, the queue or the daemon to its
+// status and code. Unknown errors are internal.
+func classify(err error) (status int, code string) {
+	var ae *apiError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &ae):
+		return ae.status, ae.code
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, CodeBodyTooLarge
+	case errors.Is(err, queue.ErrInvalidWrite),
+		errors.Is(err, daemon.ErrInvalidSession),
+		errors.Is(err, daemon.ErrInvalidPolicy):
+		return http.StatusBadRequest, CodeInvalidRequest
+	case errors.Is(err, queue.ErrEntityNotFound), errors.Is(err, queue.ErrOperationNotFound):
+		return http.StatusNotFound, CodeNotFound
+	case errors.Is(err, queue.ErrEntityExists):
+		return http.StatusConflict, CodeEntityExists
+	case errors.Is(err, queue.ErrKeyReused):
+		return http.StatusUnprocessableEntity, CodeKeyReused
+	case errors.Is(err, queue.ErrIllegalTransition):
+		return http.StatusConflict, CodeIllegalTransition
+	case errors.Is(err, queue.ErrNotPurgeable):
+		return http.StatusConflict, CodeNotPurgeable
+	case errors.Is(err, daemon.ErrNoSession):
+		return http.StatusConflict, CodeNoSession
+	}
+	return http.StatusInternalServerError, CodeInternal
+}
+
+// fail writes err as the error answer. Internal errors are logged and
+// answered with a generic message: their text may name files or state
+// that is none of the client's business.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, code := classify(err)
+	msg := err.Error()
+	var ae *apiError
+	if errors.As(err, &ae) {
+		msg = ae.message
+	}
+	if status == http.StatusRequestEntityTooLarge {
+		msg = "request body is larger than " + strconv.FormatInt(s.maxBody, 10) + " bytes"
+	}
+	if status >= 500 {
+		s.logger.Error("localapi: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "internal error; see the daemon's log"
+	}
+	writeError(w, status, code, msg)
+}

@@ -1,0 +1,213 @@
+package localapi
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net"
+	"net/http"
+	"path"
+	"strings"
+)
+
+// securityHeaders go on every answer, errors included (as Tailscale's
+// LocalAPI does): nothing the API returns may run, frame or be sniffed as
+// something else in a browser, or be cached.
+var securityHeaders = [][2]string{
+	{"Content-Security-Policy", "default-src 'none'"},
+	{"X-Frame-Options", "DENY"},
+	{"X-Content-Type-Options", "nosniff"},
+	{"Cache-Control", "no-store"},
+}
+
+// Headers of the API besides the standard ones.
+const (
+	headerIdempotencyKey = "Idempotency-Key"
+	headerReplayed       = "Idempotent-Replayed"
+)
+
+// guard is the one wrapper in front of every route. In order: security
+// headers; Host must be a loopback name (DNS rebinding); Origin must be
+// absent or allowed (cross-site requests), with CORS preflights answered
+// for allowed origins; the bearer token, compared in constant time; the
+// body size limit. Handlers never re-check any of it. The mux's own 404
+// and 405 answers are rewritten into the API's error shape.
+func (s *Server) guard(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		for _, kv := range securityHeaders {
+			h.Set(kv[0], kv[1])
+		}
+		if !s.allowedHost(r.Host) {
+			writeError(w, http.StatusForbidden, CodeForbiddenHost, "Host "+quoteHeader(r.Host)+" is not a loopback name")
+			return
+		}
+		if origin, ok := r.Header["Origin"]; ok {
+			if len(origin) != 1 || !s.origins[origin[0]] {
+				writeError(w, http.StatusForbidden, CodeForbiddenOrigin, "Origin "+quoteHeader(strings.Join(origin, ", "))+" is not allowed")
+				return
+			}
+			setCORS(h, origin[0])
+			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+				h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE")
+				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key")
+				h.Set("Access-Control-Max-Age", "600")
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+		}
+		if !s.authorized(r) {
+			h.Set("WWW-Authenticate", `Bearer realm="syncd"`)
+			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or wrong bearer token (Authorization: Bearer <token from the data directory's api-token file>)")
+			return
+		}
+		if r.ContentLength > s.maxBody {
+			writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body is larger than "+itoa(s.maxBody)+" bytes")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+
+		if p := cleanPath(r.URL.Path); p != r.URL.Path {
+			// The mux would redirect; an API client should fix its URL.
+			writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path+" (did you mean "+p+"?)")
+			return
+		}
+		if _, pattern := mux.Handler(r); pattern == "" {
+			s.unrouted(w, r, mux)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func setCORS(h http.Header, origin string) {
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Add("Vary", "Origin")
+	h.Set("Access-Control-Expose-Headers", headerReplayed)
+}
+
+// unrouted answers a request no pattern matched. The mux decides between
+// 404 and 405 (with its Allow header); both are rewritten into the
+// API's error shape.
+func (s *Server) unrouted(w http.ResponseWriter, r *http.Request, mux *http.ServeMux) {
+	rec := &headerRecorder{header: make(http.Header)}
+	h, _ := mux.Handler(r)
+	h.ServeHTTP(rec, r)
+	switch rec.status {
+	case http.StatusMethodNotAllowed:
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+" (allowed: "+rec.header.Get("Allow")+")")
+	default:
+		writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
+	}
+}
+
+// cleanPath is the path the mux would redirect to: path.Clean, keeping a
+// trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// headerRecorder captures the status and headers the mux's built-in
+// answers write, and drops their text body.
+type headerRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *headerRecorder) Header() http.Header { return r.header }
+func (r *headerRecorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+func (r *headerRecorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return len(b), nil
+}
+
+// allowedHost reports whether the request's Host names this machine's
+// loopback interface (or a host configured in AllowedHosts). A web page
+// on a rebound DNS name reaches 127.0.0.1 with its own name in Host.
+func (s *Server) allowedHost(hostport string) bool {
+	host := normalizeHost(hostport)
+	if host == "localhost" || s.hosts[host] {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// normalizeHost strips the port and IPv6 brackets and lowercases.
+func normalizeHost(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return strings.ToLower(host)
+}
+
+func tokenDigest(token string) [32]byte { return sha256.Sum256([]byte(token)) }
+
+// authorized checks the bearer token in constant time (digests of equal
+// length are compared, so not even the token's length leaks).
+func (s *Server) authorized(r *http.Request) bool {
+	token, ok := s.requestToken(r)
+	if !ok {
+		return false
+	}
+	sum := tokenDigest(token)
+	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
+}
+
+// requestToken returns the token a request carries: the Authorization
+// header, or, on the paths in altTokenPaths (WebSocket upgrades, where a
+// browser cannot set headers), a ?token= query parameter or a
+// "syncd.token.<token>" WebSocket subprotocol.
+func (s *Server) requestToken(r *http.Request) (string, bool) {
+	if auth := r.Header.Get("Authorization"); auth != "" {
+		scheme, token, ok := strings.Cut(auth, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+			return "", false
+		}
+		return strings.TrimSpace(token), true
+	}
+	if r.Method != http.MethodGet || !s.altTokenPaths[r.URL.Path] {
+		return "", false
+	}
+	if t := r.URL.Query().Get("token"); t != "" {
+		return t, true
+	}
+	for _, list := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for p := range strings.SplitSeq(list, ",") {
+			if t, ok := strings.CutPrefix(strings.TrimSpace(p), wsTokenProtocolPrefix); ok && t != "" {
+				return t, true
+			}
+		}
+	}
+	return "", false
+}
+
+// wsTokenProtocolPrefix prefixes the token when a browser passes it as a
+// WebSocket subprotocol.
+const wsTokenProtocolPrefix = "syncd.token."
+
+// quoteHeader quotes a header value for an error message, cut short.
+func quoteHeader(v string) string {
+	if len(v) > 100 {
+		v = v[:100] + "..."
+	}
+	return `"` + strings.ToValidUTF8(v, "?") + `"`
+}

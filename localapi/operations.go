@@ -1,0 +1,137 @@
+package localapi
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/syncd/syncd/queue"
+)
+
+// operationIDParam parses the {id} path value of an operation route.
+func operationIDParam(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	if queue.ValidateOperationID(id) != nil {
+		return "", badRequest(CodeInvalidRequest, "operation id in the path: "+idProblem(queue.MaxOperationIDLen))
+	}
+	return id, nil
+}
+
+// GET /v1/operations?state=&limit=&after=&account= → 200 {items, next}.
+// Without account, the current session's account's operations are
+// listed, or every account's when signed out. Items leave out the
+// payload; GET /v1/operations/{id} has it.
+func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) {
+	q, err := query(r, "state", "limit", "after", "account")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var opts queue.ListOptions
+	if st := q.Get("state"); st != "" {
+		if opts.State, err = queue.ParseState(st); err != nil {
+			s.fail(w, r, badRequest(CodeInvalidRequest, fmt.Sprintf("state must be one of %v, got %q", queue.States, st)))
+			return
+		}
+	}
+	if opts.Limit, err = parseLimit(q.Get("limit")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if after := q.Get("after"); after != "" {
+		if _, err := strconv.ParseUint(after, 10, 64); err != nil {
+			s.fail(w, r, badRequest(CodeInvalidRequest, fmt.Sprintf("after must be a sequence number from a previous page's next, got %q", after)))
+			return
+		}
+		opts.After = after
+	}
+	opts.AccountID = q.Get("account")
+	if opts.AccountID != "" && queue.ValidateAccountID(opts.AccountID) != nil {
+		s.fail(w, r, badRequest(CodeInvalidRequest, "account: "+idProblem(queue.MaxAccountIDLen)))
+		return
+	}
+	if opts.AccountID == "" {
+		opts.AccountID, _ = s.d.Account()
+	}
+	ops, err := s.store.ListOperations(opts)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	for i := range ops {
+		ops[i].Payload = nil
+	}
+	ans := listAnswer[queue.Operation]{Items: ops}
+	if len(ops) == opts.Limit {
+		ans.Next = strconv.FormatUint(ops[len(ops)-1].Seq, 10)
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// GET /v1/operations/{id} → 200 operation.
+func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
+	id, err := operationIDParam(r)
+	if err == nil {
+		_, err = query(r)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	op, err := s.store.GetOperation(id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, op)
+}
+
+// POST /v1/operations/{id}/retry → 200 operation (pending again). Only a
+// permanently failed operation can be retried (409 illegal_transition).
+func (s *Server) retryOperation(w http.ResponseWriter, r *http.Request) {
+	id, err := s.parseOperationAction(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	op, err := s.store.Retry(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.d.Notify()
+	writeJSON(w, http.StatusOK, op)
+}
+
+// discardAnswer is the answer to a discard: the operation row is gone.
+type discardAnswer struct {
+	OperationID string `json:"operationId"`
+	Discarded   bool   `json:"discarded"`
+}
+
+// POST /v1/operations/{id}/discard → 200 {operationId, discarded}. Only a
+// permanently failed operation can be discarded (409 illegal_transition).
+func (s *Server) discardOperation(w http.ResponseWriter, r *http.Request) {
+	id, err := s.parseOperationAction(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.store.Discard(r.Context(), id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.d.Notify() // the next operation of the partition may be ready now
+	writeJSON(w, http.StatusOK, discardAnswer{OperationID: id, Discarded: true})
+}
+
+func (s *Server) parseOperationAction(r *http.Request) (string, error) {
+	id, err := operationIDParam(r)
+	if err != nil {
+		return "", err
+	}
+	if _, err := query(r); err != nil {
+		return "", err
+	}
+	return id, requireNoBody(r)
+}

@@ -1,0 +1,241 @@
+package localapi
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/syncd/syncd/queue"
+)
+
+// Strict request parsing. Every failure is an *apiError (or the body
+// limit's *http.MaxBytesError) whose message names what was wrong.
+
+// field is one member of a JSON request object.
+type field struct {
+	name     string
+	dst      any // pointer to decode into
+	required bool
+	present  bool
+}
+
+// readBody reads a request's whole body, which must be JSON.
+func readBody(r *http.Request) ([]byte, error) {
+	ct := r.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		return nil, &apiError{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+			"Content-Type must be application/json, got " + quoteHeader(ct)}
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, err
+		}
+		return nil, badRequest(CodeInvalidJSON, "reading the request body: "+err.Error())
+	}
+	return body, nil
+}
+
+// decodeObject parses body as exactly one JSON object whose members are
+// among fields (matched exactly, unlike encoding/json's case-insensitive
+// match), decoding each into its destination.
+func decodeObject(body []byte, fields ...*field) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badRequest(CodeInvalidJSON, "request body is empty; want a JSON object")
+	}
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	var obj map[string]json.RawMessage
+	if err := d.Decode(&obj); err != nil {
+		return badRequest(CodeInvalidJSON, jsonProblem(err, "request body"))
+	}
+	if obj == nil {
+		return badRequest(CodeInvalidJSON, "request body must be a JSON object, got null")
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return badRequest(CodeInvalidJSON, "request body has data after the JSON object")
+	}
+	names := make([]string, 0, len(fields))
+	for _, f := range fields {
+		names = append(names, f.name)
+	}
+	for name := range obj {
+		if !slices.Contains(names, name) {
+			return badRequest(CodeInvalidRequest, fmt.Sprintf("unknown field %q (allowed: %s)", name, strings.Join(names, ", ")))
+		}
+	}
+	for _, f := range fields {
+		raw, ok := obj[f.name]
+		f.present = ok
+		if !ok {
+			if f.required {
+				return badRequest(CodeInvalidRequest, fmt.Sprintf("field %q is required", f.name))
+			}
+			continue
+		}
+		if rm, isRaw := f.dst.(*json.RawMessage); isRaw {
+			*rm = raw
+			continue
+		}
+		if err := json.Unmarshal(raw, f.dst); err != nil {
+			return badRequest(CodeInvalidRequest, fmt.Sprintf("field %q: %s", f.name, jsonProblem(err, f.name)))
+		}
+	}
+	return nil
+}
+
+// jsonProblem turns a decoding error into a readable reason.
+func jsonProblem(err error, what string) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return what + " is not complete JSON"
+	case errors.As(err, &se):
+		return fmt.Sprintf("%s is not valid JSON (at byte %d: %v)", what, se.Offset, se)
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return fmt.Sprintf("%s must be a JSON %s, not %s", what, jsonKind(te.Type.Kind().String()), te.Value)
+		}
+		return fmt.Sprintf("%s must be a JSON %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+	}
+	return err.Error()
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "map", "struct":
+		return "object"
+	case "slice", "array":
+		return "array"
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	}
+	return "number"
+}
+
+// requireObject checks that an entity's data is one JSON object.
+func requireObject(name string, raw json.RawMessage) error {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || t[0] != '{' {
+		return badRequest(CodeInvalidRequest, fmt.Sprintf("field %q must be a JSON object", name))
+	}
+	return nil
+}
+
+// requireNoBody refuses a body on a request that takes none.
+func requireNoBody(r *http.Request) error {
+	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	var b [1]byte
+	n, err := io.ReadFull(r.Body, b[:])
+	if n == 0 && (err == io.EOF || err == io.ErrUnexpectedEOF) {
+		return nil
+	}
+	return badRequest(CodeInvalidRequest, r.Method+" "+r.URL.Path+" takes no request body")
+}
+
+// query parses a request's query parameters, refusing names not in
+// allowed (a misspelt filter would otherwise silently list everything)
+// and repeated names.
+func query(r *http.Request, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest(CodeInvalidRequest, "query string: "+err.Error())
+	}
+	for name, vals := range q {
+		if !slices.Contains(allowed, name) {
+			if len(allowed) == 0 {
+				return nil, badRequest(CodeInvalidRequest, fmt.Sprintf("unknown query parameter %q (this route takes none)", name))
+			}
+			return nil, badRequest(CodeInvalidRequest, fmt.Sprintf("unknown query parameter %q (allowed: %s)", name, strings.Join(allowed, ", ")))
+		}
+		if len(vals) > 1 {
+			return nil, badRequest(CodeInvalidRequest, fmt.Sprintf("query parameter %q given %d times", name, len(vals)))
+		}
+	}
+	return q, nil
+}
+
+// parseLimit parses the limit query parameter: empty means the queue's
+// default page size.
+func parseLimit(s string) (int, error) {
+	if s == "" {
+		return queue.DefaultListLimit, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > queue.MaxListLimit {
+		return 0, badRequest(CodeInvalidRequest, fmt.Sprintf("limit must be an integer from 1 to %d, got %q", queue.MaxListLimit, s))
+	}
+	return n, nil
+}
+
+func parseBool(name, s string) (bool, error) {
+	if s == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, badRequest(CodeInvalidRequest, fmt.Sprintf("%s must be true or false, got %q", name, s))
+	}
+	return b, nil
+}
+
+// idempotencyKey returns the request's Idempotency-Key, "" when absent.
+func idempotencyKey(r *http.Request) (string, error) {
+	vals := r.Header.Values(headerIdempotencyKey)
+	switch len(vals) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", badRequest(CodeInvalidRequest, "Idempotency-Key header given more than once")
+	}
+	key := vals[0]
+	if err := queue.ValidateOperationID(key); err != nil {
+		return "", badRequest(CodeInvalidRequest, fmt.Sprintf("Idempotency-Key header must be 1 to %d printable ASCII characters without spaces or '/'", queue.MaxOperationIDLen))
+	}
+	return key, nil
+}
+
+// requestFingerprint identifies an app request for its Idempotency-Key:
+// hex SHA-256 over the method, the path and the canonical JSON of the
+// body (object keys sorted, no insignificant whitespace, numbers as
+// written), so a resend with reordered keys is the same request.
+func requestFingerprint(r *http.Request, body []byte) (string, error) {
+	h := sha256.New()
+	io.WriteString(h, r.Method)
+	h.Write([]byte{0})
+	io.WriteString(h, r.URL.EscapedPath())
+	h.Write([]byte{0})
+	if len(bytes.TrimSpace(body)) > 0 {
+		d := json.NewDecoder(bytes.NewReader(body))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil {
+			return "", badRequest(CodeInvalidJSON, jsonProblem(err, "request body"))
+		}
+		c, err := json.Marshal(v)
+		if err != nil {
+			return "", err
+		}
+		h.Write(c)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

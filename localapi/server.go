@@ -1,0 +1,265 @@
+package localapi
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/syncd/syncd/daemon"
+	"github.com/syncd/syncd/queue"
+)
+
+// Defaults for Config fields left zero.
+const (
+	// DefaultListenAddr is where `syncd run` listens unless told otherwise.
+	DefaultListenAddr = "127.0.0.1:7419"
+	// DefaultMaxBodyBytes is the largest request body accepted: an entity's
+	// data may be up to queue.DefaultMaxDataBytes (1 MiB), plus room for
+	// the envelope ({"id":...,"data":...}) and whitespace.
+	DefaultMaxBodyBytes = queue.DefaultMaxDataBytes + 64<<10
+	// DefaultShutdownTimeout bounds how long Run waits for requests in
+	// flight once its context ends.
+	DefaultShutdownTimeout = 5 * time.Second
+	// DefaultReadHeaderTimeout bounds how long a client may take to send
+	// its request headers.
+	DefaultReadHeaderTimeout = 10 * time.Second
+)
+
+// Daemon is what the API needs from the engine. *daemon.Daemon satisfies
+// it.
+type Daemon interface {
+	// Account returns the current session's account; ok is false when
+	// signed out.
+	Account() (accountID string, ok bool)
+	SetSession(ctx context.Context, accountID, token string) error
+	Logout(ctx context.Context, policy daemon.LogoutPolicy, force bool) (purged int, err error)
+	Status(ctx context.Context) (daemon.Status, error)
+	// Notify wakes the workers after a write.
+	Notify()
+}
+
+// Store is what the API needs from the queue. *queue.Store satisfies it.
+type Store interface {
+	Apply(ctx context.Context, w queue.Write) (queue.Result, error)
+	GetEntity(account, entityType, id string) (queue.Entity, error)
+	ListEntities(account, entityType string, opts queue.ListOptions) ([]queue.Entity, error)
+	GetOperation(id string) (queue.Operation, error)
+	ListOperations(opts queue.ListOptions) ([]queue.Operation, error)
+	Retry(ctx context.Context, id string) (queue.Operation, error)
+	Discard(ctx context.Context, id string) error
+}
+
+// Config configures a Server. Daemon and Token are required; the zero
+// value of every other field means its default.
+type Config struct {
+	// Daemon is the engine: session, status, wake-ups.
+	Daemon Daemon
+	// Store is the queue. Nil means the daemon's own (its Store method,
+	// as *daemon.Daemon has).
+	Store Store
+	// Token is the bearer token every request must carry (see
+	// LoadOrCreateToken).
+	Token string
+	// AllowedOrigins lists the exact origins ("http://localhost:3000")
+	// whose browser requests are served; they also get CORS headers. A
+	// request without an Origin header (a non-browser client) is allowed;
+	// any Origin not listed is refused with 403 forbidden_origin.
+	AllowedOrigins []string
+	// AllowedHosts lists Host names accepted besides the loopback names
+	// (localhost, 127.0.0.0/8, ::1). Only for a server forced onto a
+	// non-loopback address; empty otherwise.
+	AllowedHosts []string
+	// EntityTypes, if not empty, lists the entity types apps may use;
+	// others get 404 unknown_entity_type. Empty: any valid type name.
+	EntityTypes []string
+	// MaxBodyBytes caps request bodies (413 body_too_large). Default
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the loopback API of one daemon.
+type Server struct {
+	d        Daemon
+	store    Store
+	tokenSum [32]byte
+	origins  map[string]bool
+	hosts    map[string]bool
+	types    map[string]bool
+	maxBody  int64
+	logger   *slog.Logger
+	handler  http.Handler
+
+	// altTokenPaths lists the paths (GET only) whose requests may carry
+	// the token as ?token= or a WebSocket subprotocol instead of the
+	// Authorization header, because browsers cannot set headers on a
+	// WebSocket. The events endpoint registers itself here.
+	altTokenPaths map[string]bool
+
+	hijacked hijackedConns
+
+	runMu   sync.Mutex
+	running bool
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Daemon == nil {
+		return nil, errors.New("localapi: Config.Daemon is required")
+	}
+	if cfg.Token == "" {
+		return nil, errors.New("localapi: Config.Token is required")
+	}
+	store := cfg.Store
+	if store == nil {
+		if ds, ok := cfg.Daemon.(interface{ Store() *queue.Store }); ok && ds.Store() != nil {
+			store = ds.Store()
+		}
+	}
+	if store == nil {
+		return nil, errors.New("localapi: Config.Store is required when the daemon has no Store method")
+	}
+	s := &Server{
+		d:             cfg.Daemon,
+		store:         store,
+		tokenSum:      tokenDigest(cfg.Token),
+		origins:       make(map[string]bool),
+		hosts:         make(map[string]bool),
+		maxBody:       cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		logger:        cmp.Or(cfg.Logger, slog.Default()),
+		altTokenPaths: make(map[string]bool),
+	}
+	for _, o := range cfg.AllowedOrigins {
+		s.origins[o] = true
+	}
+	for _, h := range cfg.AllowedHosts {
+		s.hosts[normalizeHost(h)] = true
+	}
+	if len(cfg.EntityTypes) > 0 {
+		s.types = make(map[string]bool)
+		for _, t := range cfg.EntityTypes {
+			if err := queue.ValidateEntityType(t); err != nil {
+				return nil, fmt.Errorf("localapi: Config.EntityTypes: %w", err)
+			}
+			s.types[t] = true
+		}
+	}
+	s.handler = s.guard(s.routes())
+	return s, nil
+}
+
+// routes is the API's mux. Method and path only; the guard in front of
+// it does every security check.
+func (s *Server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /v1/session", s.putSession)
+	mux.HandleFunc("DELETE /v1/session", s.deleteSession)
+	mux.HandleFunc("GET /v1/status", s.getStatus)
+
+	mux.HandleFunc("POST /v1/entities/{type}", s.createEntity)
+	mux.HandleFunc("GET /v1/entities/{type}", s.listEntities)
+	mux.HandleFunc("GET /v1/entities/{type}/{id}", s.getEntity)
+	mux.HandleFunc("PATCH /v1/entities/{type}/{id}", s.updateEntity)
+	mux.HandleFunc("DELETE /v1/entities/{type}/{id}", s.deleteEntity)
+
+	mux.HandleFunc("GET /v1/operations", s.listOperations)
+	mux.HandleFunc("GET /v1/operations/{id}", s.getOperation)
+	mux.HandleFunc("POST /v1/operations/{id}/retry", s.retryOperation)
+	mux.HandleFunc("POST /v1/operations/{id}/discard", s.discardOperation)
+	return mux
+}
+
+// Handler returns the API's handler: the guard and the routes.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Run serves the API on ln until ctx ends, then closes the listener,
+// waits up to DefaultShutdownTimeout for requests in flight and closes
+// hijacked connections (WebSockets), which http.Server.Shutdown does not
+// wait for. It returns nil after a shutdown caused by ctx.
+func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	s.runMu.Lock()
+	if s.running {
+		s.runMu.Unlock()
+		ln.Close()
+		return errors.New("localapi: Run called twice")
+	}
+	s.running = true
+	s.runMu.Unlock()
+
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if st == http.StateHijacked {
+				s.hijacked.add(c)
+			}
+		},
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	select {
+	case err := <-served:
+		s.hijacked.closeAll()
+		return fmt.Errorf("localapi: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultShutdownTimeout)
+	defer cancel()
+	err := hs.Shutdown(sctx) // closes ln
+	s.hijacked.closeAll()
+	if err != nil {
+		s.logger.Warn("localapi: requests still running at shutdown; closing them", "err", err)
+		hs.Close()
+	}
+	<-served // http.ErrServerClosed
+	return nil
+}
+
+// hijackedConns tracks connections taken over from the HTTP server
+// (WebSockets), so Run can close them at shutdown. A handler that hijacks
+// a connection must call forget when it closes it.
+type hijackedConns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	done  bool
+}
+
+func (h *hijackedConns) add(c net.Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		c.Close()
+		return
+	}
+	if h.conns == nil {
+		h.conns = make(map[net.Conn]struct{})
+	}
+	h.conns[c] = struct{}{}
+}
+
+// forget drops a hijacked connection its handler has closed.
+func (h *hijackedConns) forget(c net.Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.conns, c)
+}
+
+func (h *hijackedConns) closeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.done = true
+	for c := range h.conns {
+		c.Close()
+	}
+	h.conns = nil
+}

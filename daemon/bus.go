@@ -103,8 +103,8 @@ func (b *Bus) Publish(events []queue.Event) {
 		return
 	}
 	for _, e := range events {
-		if e.Seq <= b.last && len(b.ring) > 0 {
-			continue // already seen (a redelivery)
+		if e.Seq <= b.last {
+			continue // already published
 		}
 		b.last = e.Seq
 		if len(b.ring) == b.cfg.History {

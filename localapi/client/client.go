@@ -1,0 +1,338 @@
+// Package client is the Go client apps use to talk to syncd's local API:
+// entity writes and reads, the operation queue, status, the session, and
+// a live event subscription that resumes by itself after a reconnect.
+//
+// It has no dependency on syncd's storage: an app links this package and
+// gorilla/websocket, nothing else of syncd.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultAddr is where syncd listens unless configured otherwise.
+const DefaultAddr = "127.0.0.1:7419"
+
+// Config configures a Client.
+type Config struct {
+	// Addr is syncd's host:port. Default DefaultAddr.
+	Addr string
+	// Token is the API token (the api-token file in syncd's data dir).
+	Token string
+	// HTTPClient. Default: a client with a 30s timeout.
+	HTTPClient *http.Client
+}
+
+// Client talks to one syncd. It is safe for concurrent use.
+type Client struct {
+	base  string
+	addr  string
+	token string
+	hc    *http.Client
+}
+
+// New returns a Client.
+func New(cfg Config) (*Client, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.Token == "" {
+		return nil, errors.New("client: no API token")
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	return &Client{base: "http://" + cfg.Addr, addr: cfg.Addr, token: cfg.Token, hc: cfg.HTTPClient}, nil
+}
+
+// ReadToken reads the API token from syncd's data directory.
+func ReadToken(dataDir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "api-token"))
+	if err != nil {
+		return "", fmt.Errorf("client: read API token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Error is an error answer of the local API. Code is stable: switch on it.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("syncd: %s (%d %s)", e.Message, e.Status, e.Code)
+}
+
+// IsCode reports whether err is an API error with the given code.
+func IsCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// Entity is an app record as syncd holds it.
+type Entity struct {
+	AccountID       string          `json:"accountId"`
+	Type            string          `json:"type"`
+	ID              string          `json:"id"`
+	Data            json.RawMessage `json:"data"`
+	Deleted         bool            `json:"deleted,omitempty"`
+	SyncState       string          `json:"syncState"` // pending, synced or failed
+	ServerID        string          `json:"serverId,omitempty"`
+	SyncError       string          `json:"syncError,omitempty"`
+	Version         int64           `json:"version"`
+	CreatedAt       time.Time       `json:"createdAt"`
+	UpdatedAt       time.Time       `json:"updatedAt"`
+	LastOperationID string          `json:"lastOperationId"`
+	// OperationID is the operation a write made (write answers only).
+	OperationID string `json:"operationId,omitempty"`
+	// Replayed is true when a write with an Idempotency-Key repeated an
+	// earlier one and syncd answered from it.
+	Replayed bool `json:"-"`
+}
+
+// Operation is one queued intent.
+type Operation struct {
+	ID             string          `json:"id"`
+	Seq            uint64          `json:"seq"`
+	AccountID      string          `json:"accountId"`
+	Type           string          `json:"operationType"`
+	EntityType     string          `json:"entityType"`
+	EntityID       string          `json:"entityId"`
+	PayloadVersion int64           `json:"payloadVersion"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+	State          string          `json:"state"`
+	AttemptCount   int             `json:"attemptCount"`
+	NextAttemptAt  time.Time       `json:"nextAttemptAt"`
+	LeaseOwner     string          `json:"leaseOwner,omitempty"`
+	LeaseExpiresAt time.Time       `json:"leaseExpiresAt,omitzero"`
+	LastErrorCode  string          `json:"lastErrorCode,omitempty"`
+	LastError      string          `json:"lastError,omitempty"`
+	CreatedAt      time.Time       `json:"createdAt"`
+	CompletedAt    time.Time       `json:"completedAt,omitzero"`
+}
+
+// Status is syncd's one-screen summary.
+type Status struct {
+	AccountID               string         `json:"accountId,omitempty"`
+	SignedIn                bool           `json:"signedIn"`
+	Online                  bool           `json:"online"`
+	Paused                  bool           `json:"paused"`
+	PauseReason             string         `json:"pauseReason,omitempty"`
+	Counts                  map[string]int `json:"counts"`
+	OldestPendingAgeSeconds float64        `json:"oldestPendingAgeSeconds"`
+	FileSizeBytes           int64          `json:"fileSizeBytes"`
+	FreeBytes               int64          `json:"freeBytes"`
+	LastEventSeq            uint64         `json:"lastEventSeq"`
+}
+
+// List is one page of a listing; pass Next as After for the next page.
+type List[T any] struct {
+	Items []T    `json:"items"`
+	Next  string `json:"next,omitempty"`
+}
+
+// ListOptions pages and filters a listing.
+type ListOptions struct {
+	Limit int
+	After string
+	// State filters operations (pending, sending, retry_waiting, done,
+	// permanent_failed); SyncState filters entities.
+	State     string
+	SyncState string
+}
+
+// WriteOptions are per-write options.
+type WriteOptions struct {
+	// IdempotencyKey, when set, becomes the operation id: repeating the
+	// write with the same key and body returns the first answer.
+	IdempotencyKey string
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body any, hdr http.Header, out any) (http.Header, error) {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s: reading answer: %w", method, path, err)
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
+			return nil, &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(data))}
+		}
+		return nil, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return nil, fmt.Errorf("client: %s %s: decoding answer: %w", method, path, err)
+		}
+	}
+	return resp.Header, nil
+}
+
+func esc(s string) string { return url.PathEscape(s) }
+
+func writeHeader(o []WriteOptions) http.Header {
+	h := http.Header{}
+	if len(o) > 0 && o[0].IdempotencyKey != "" {
+		h.Set("Idempotency-Key", o[0].IdempotencyKey)
+	}
+	return h
+}
+
+func (c *Client) entityWrite(ctx context.Context, method, path string, body any, o []WriteOptions) (Entity, error) {
+	var e Entity
+	h, err := c.do(ctx, method, path, nil, body, writeHeader(o), &e)
+	if err == nil {
+		e.Replayed = h.Get("Idempotent-Replayed") == "true"
+	}
+	return e, err
+}
+
+// Create stores a new entity of type typ. id may be empty (syncd makes
+// one); data must marshal to a JSON object.
+func (c *Client) Create(ctx context.Context, typ, id string, data any, o ...WriteOptions) (Entity, error) {
+	body := map[string]any{"data": data}
+	if id != "" {
+		body["id"] = id
+	}
+	return c.entityWrite(ctx, http.MethodPost, "/v1/entities/"+esc(typ), body, o)
+}
+
+// Update applies patch (an RFC 7396 JSON merge patch object) to an entity.
+func (c *Client) Update(ctx context.Context, typ, id string, patch any, o ...WriteOptions) (Entity, error) {
+	return c.entityWrite(ctx, http.MethodPatch, "/v1/entities/"+esc(typ)+"/"+esc(id), map[string]any{"data": patch}, o)
+}
+
+// Delete deletes an entity.
+func (c *Client) Delete(ctx context.Context, typ, id string, o ...WriteOptions) (Entity, error) {
+	return c.entityWrite(ctx, http.MethodDelete, "/v1/entities/"+esc(typ)+"/"+esc(id), nil, o)
+}
+
+// Get reads one entity.
+func (c *Client) Get(ctx context.Context, typ, id string) (Entity, error) {
+	var e Entity
+	_, err := c.do(ctx, http.MethodGet, "/v1/entities/"+esc(typ)+"/"+esc(id), nil, nil, nil, &e)
+	return e, err
+}
+
+func listQuery(o ListOptions) url.Values {
+	q := url.Values{}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.After != "" {
+		q.Set("after", o.After)
+	}
+	if o.State != "" {
+		q.Set("state", o.State)
+	}
+	if o.SyncState != "" {
+		q.Set("syncState", o.SyncState)
+	}
+	return q
+}
+
+// List reads a page of entities of type typ.
+func (c *Client) List(ctx context.Context, typ string, o ListOptions) (List[Entity], error) {
+	var l List[Entity]
+	_, err := c.do(ctx, http.MethodGet, "/v1/entities/"+esc(typ), listQuery(o), nil, nil, &l)
+	return l, err
+}
+
+// Operations reads a page of the operation queue.
+func (c *Client) Operations(ctx context.Context, o ListOptions) (List[Operation], error) {
+	var l List[Operation]
+	_, err := c.do(ctx, http.MethodGet, "/v1/operations", listQuery(o), nil, nil, &l)
+	return l, err
+}
+
+// Operation reads one operation.
+func (c *Client) Operation(ctx context.Context, id string) (Operation, error) {
+	var op Operation
+	_, err := c.do(ctx, http.MethodGet, "/v1/operations/"+esc(id), nil, nil, nil, &op)
+	return op, err
+}
+
+// Retry sends a permanently failed operation again.
+func (c *Client) Retry(ctx context.Context, id string) (Operation, error) {
+	var op Operation
+	_, err := c.do(ctx, http.MethodPost, "/v1/operations/"+esc(id)+"/retry", nil, nil, nil, &op)
+	return op, err
+}
+
+// Discard drops a permanently failed operation.
+func (c *Client) Discard(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodPost, "/v1/operations/"+esc(id)+"/discard", nil, nil, nil, nil)
+	return err
+}
+
+// Status reads syncd's status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var s Status
+	_, err := c.do(ctx, http.MethodGet, "/v1/status", nil, nil, nil, &s)
+	return s, err
+}
+
+// SetSession signs accountID in with its access token.
+func (c *Client) SetSession(ctx context.Context, accountID, accessToken string) error {
+	_, err := c.do(ctx, http.MethodPut, "/v1/session", nil, map[string]string{"accountId": accountID, "accessToken": accessToken}, nil, nil)
+	return err
+}
+
+// Logout signs out. policy is "keep" (the account's unsent operations
+// wait for it) or "purge" (they are deleted; refused while some are
+// unsent unless force).
+func (c *Client) Logout(ctx context.Context, policy string, force bool) (purged int, err error) {
+	q := url.Values{"policy": {policy}}
+	if force {
+		q.Set("force", "true")
+	}
+	var ans struct {
+		Purged int `json:"purged"`
+	}
+	_, err = c.do(ctx, http.MethodDelete, "/v1/session", q, nil, nil, &ans)
+	return ans.Purged, err
+}

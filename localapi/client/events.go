@@ -159,15 +159,18 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 			s.mu.Unlock()
 			continue // a repeat: never hand one out twice
 		}
-		if ctx.Err() != nil {
-			return Event{}, ctx.Err()
-		}
+		// A gorilla connection is done after any read error (a deadline
+		// set for ctx included): drop it; the next call reconnects after
+		// the last seq returned.
 		s.mu.Lock()
 		if s.conn == conn {
 			s.conn = nil
 		}
 		s.mu.Unlock()
 		conn.Close()
+		if ctx.Err() != nil {
+			return Event{}, ctx.Err()
+		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,7 +103,8 @@ type Daemon struct {
 	lease   time.Duration
 	maxAge  time.Duration
 	rnd     func(n int64) int64
-	owner   string
+	owner   string // lease owner prefix; each claim adds a number
+	claims  atomic.Uint64
 	metrics *metrics
 	hooks   hooks
 

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -152,8 +153,9 @@ func (d *Daemon) worker(hard context.Context) {
 // claimed is an operation a worker holds, and the session it was claimed
 // under.
 type claimed struct {
-	op   queue.Operation
-	sess sessionSnap
+	op    queue.Operation
+	owner string // the lease owner: this daemon and a claim number
+	sess  sessionSnap
 }
 
 // claim takes the next ready operation of the current session's account.
@@ -169,14 +171,15 @@ func (d *Daemon) claim(ctx context.Context) (c claimed, ok bool, err error) {
 	if err != nil || !ok || at.After(d.now()) {
 		return c, false, err
 	}
-	op, err := d.store.Claim(ctx, sess.account, d.owner, d.lease)
+	owner := fmt.Sprintf("%s/%d", d.owner, d.claims.Add(1))
+	op, err := d.store.Claim(ctx, sess.account, owner, d.lease)
 	if errors.Is(err, queue.ErrNoReady) {
 		return c, false, nil
 	}
 	if err != nil {
 		return c, false, err
 	}
-	return claimed{op: op, sess: sess}, true, nil
+	return claimed{op: op, owner: owner, sess: sess}, true, nil
 }
 
 // nextWake is when the current account may next have something to claim.

@@ -42,18 +42,18 @@ func (d *Daemon) process(hard context.Context, c claimed) {
 	// the session (and so the token) is still the one it was claimed
 	// under. Otherwise nothing is sent.
 	if op.AccountID != c.sess.account || !d.current(c.sess) {
-		d.release(op, "session changed")
+		d.release(c, "session changed")
 		return
 	}
 	if op.AttemptCount > 1 && d.now().Sub(op.CreatedAt) > d.maxAge {
 		msg := fmt.Sprintf("the operation is %s old and was attempted before; the server may have forgotten it, so it is not resent", d.now().Sub(op.CreatedAt).Round(1e9))
-		d.fail(op, CodeOperationExpired, msg)
+		d.fail(c, CodeOperationExpired, msg)
 		return
 	}
 	req, err := d.request(op, c.sess.token)
 	if err != nil {
 		d.logger.Error("daemon: build request", "operation", op.ID, "err", err)
-		d.release(op, "store read failed")
+		d.release(c, "store read failed")
 		return
 	}
 
@@ -107,12 +107,12 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut bool) {
 	switch o.Decision {
 	case transport.Done:
 		d.metrics.attempt(doneResult(o))
-		if _, err := d.store.Complete(ctx, op.ID, d.owner, queue.Completion{ServerID: o.ServerID}); err != nil {
+		if _, err := d.store.Complete(ctx, op.ID, c.owner, queue.Completion{ServerID: o.ServerID}); err != nil {
 			d.storeErr("complete", op, err)
 		}
 	case transport.RefreshSession:
 		d.metrics.attempt(o.Code)
-		d.release(op, "token refused")
+		d.release(c, "token refused")
 		if d.refreshNeeded(c.sess) {
 			d.logger.Warn("daemon: the server refused the session's token; sending is paused until a new token is set", "account", op.AccountID)
 			data, _ := json.Marshal(map[string]string{"reason": o.Code})
@@ -124,7 +124,7 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut bool) {
 		if o.Code == transport.CodeCanceled && !leaseCut {
 			// The daemon is stopping or the session ended: no penalty.
 			d.metrics.attempt(o.Code)
-			d.release(op, "send canceled")
+			d.release(c, "send canceled")
 			return
 		}
 		code := o.Code
@@ -135,15 +135,15 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut bool) {
 		d.metrics.attempt(code)
 		at, giveUp, gcode := d.policy.Next(o, op.AttemptCount-1, op.CreatedAt, d.now(), d.rnd)
 		if giveUp {
-			d.fail(op, gcode, fmt.Sprintf("gave up retrying after %d attempts; last error: %s", op.AttemptCount, message(o)))
+			d.fail(c, gcode, fmt.Sprintf("gave up retrying after %d attempts; last error: %s", op.AttemptCount, message(o)))
 			return
 		}
-		if err := d.store.RetryAt(ctx, op.ID, d.owner, at, code, message(o)); err != nil {
+		if err := d.store.RetryAt(ctx, op.ID, c.owner, at, code, message(o)); err != nil {
 			d.storeErr("retry", op, err)
 		}
 	default: // Permanent, NeedsUserAction
 		d.metrics.attempt(o.Code)
-		d.fail(op, o.Code, message(o))
+		d.fail(c, o.Code, message(o))
 	}
 }
 
@@ -166,9 +166,10 @@ func message(o transport.Outcome) string {
 	return o.Code
 }
 
-func (d *Daemon) fail(op queue.Operation, code, msg string) {
+func (d *Daemon) fail(c claimed, code, msg string) {
+	op := c.op
 	d.metrics.permanent(code)
-	if err := d.store.Fail(context.Background(), op.ID, d.owner, code, msg); err != nil {
+	if err := d.store.Fail(context.Background(), op.ID, c.owner, code, msg); err != nil {
 		d.storeErr("fail", op, err)
 		return
 	}
@@ -176,9 +177,9 @@ func (d *Daemon) fail(op queue.Operation, code, msg string) {
 }
 
 // release puts a claimed operation back to pending, ready at once.
-func (d *Daemon) release(op queue.Operation, why string) {
-	if err := d.store.Release(context.Background(), op.ID, d.owner); err != nil {
-		d.storeErr("release ("+why+")", op, err)
+func (d *Daemon) release(c claimed, why string) {
+	if err := d.store.Release(context.Background(), c.op.ID, c.owner); err != nil {
+		d.storeErr("release ("+why+")", c.op, err)
 	}
 }
 

@@ -27,6 +27,9 @@ func commands() []command {
 	return []command{
 		{"run", "run the daemon in the foreground", cmdRun},
 		{"server", "run the reference remote server", cmdServer},
+		{"status", "show sync status: account, online, queue counts, failed operations", cmdStatus},
+		{"ops", "list, show, retry or discard queued operations", cmdOps},
+		{"events", "print the live sync event stream", cmdEvents},
 	}
 }
 

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/syncd/syncd/localapi/client"
+)
+
+// cmdEvents prints the live event stream, one line per event, until
+// interrupted. It resumes on its own after a dropped connection.
+func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		since  uint64
+		asJSON bool
+		types  string
+		etype  string
+		count  int
+	)
+	cf, fs, err := parseClientFlags("events", args, stderr, "events [--since N] [--type T,...] [--entity-type E] [--json] [--count N]", func(fs *flag.FlagSet) {
+		fs.Uint64Var(&since, "since", 0, "resume after this event seq (0: the oldest kept)")
+		fs.BoolVar(&asJSON, "json", false, "one JSON object per line, for scripts")
+		fs.StringVar(&types, "type", "", "comma-separated event types or prefixes (entity., operation., session.)")
+		fs.StringVar(&etype, "entity-type", "", "only events of this entity type")
+		fs.IntVar(&count, "count", 0, "exit after this many events (0: run until interrupted)")
+	})
+	if err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: events: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	opts := client.SubscribeOptions{Since: since, EntityType: etype}
+	if types != "" {
+		opts.Types = strings.Split(types, ",")
+	}
+	sub, err := c.Subscribe(ctx, opts)
+	if err != nil {
+		return apiErr(err)
+	}
+	defer sub.Close()
+	for n := 0; count == 0 || n < count; n++ {
+		e, err := sub.Next(ctx)
+		if err != nil {
+			return apiErr(err)
+		}
+		if asJSON {
+			b, _ := json.Marshal(e)
+			fmt.Fprintln(stdout, string(b))
+			continue
+		}
+		fmt.Fprintln(stdout, eventLine(e))
+	}
+	return nil
+}
+
+// eventLine is the human form of an event.
+func eventLine(e client.Event) string {
+	ts := e.Time.Local().Format("15:04:05.000")
+	subject := ""
+	if e.EntityType != "" {
+		subject = e.EntityType + "/" + e.EntityID
+	}
+	switch {
+	case e.Type == client.EventResync:
+		return fmt.Sprintf("%6d  %s  resync: events before this were dropped; re-read state", e.Seq, ts)
+	case strings.HasPrefix(e.Type, "entity."):
+		return fmt.Sprintf("%6d  %s  %-18s %-24s %s", e.Seq, ts, e.Type, subject, e.SyncState)
+	case strings.HasPrefix(e.Type, "operation."):
+		s := fmt.Sprintf("%6d  %s  %-18s %-24s %s op=%s", e.Seq, ts, e.Type, subject, e.State, e.OperationID)
+		if e.ErrorCode != "" {
+			s += " error=" + e.ErrorCode
+		}
+		return s
+	default:
+		s := fmt.Sprintf("%6d  %s  %-18s", e.Seq, ts, e.Type)
+		if e.AccountID != "" {
+			s += " account=" + e.AccountID
+		}
+		if len(e.Data) > 0 {
+			s += " " + string(e.Data)
+		}
+		return s
+	}
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/syncd/syncd/localapi/client"
+)
+
+// cmdOps is `syncd ops list|show|retry|discard`.
+func cmdOps(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const usage = "ops list [--state STATE] [--limit N] [--json] | ops show ID | ops retry ID | ops discard ID"
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: syncd "+usage)
+		return fmt.Errorf("%w: ops: no subcommand", errUsage)
+	}
+	sub, args := args[0], args[1:]
+	var (
+		state  string
+		limit  int
+		asJSON bool
+	)
+	cf, fs, err := parseClientFlags("ops "+sub, args, stderr, usage, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+		if sub == "list" {
+			fs.StringVar(&state, "state", "", "only operations in this state (pending, sending, retry_waiting, permanent_failed, done)")
+			fs.IntVar(&limit, "limit", 50, "at most this many operations")
+		}
+	})
+	if err != nil {
+		return err
+	}
+	needID := func() (string, error) {
+		if fs.NArg() != 1 {
+			return "", fmt.Errorf("%w: ops %s: want exactly one operation id", errUsage, sub)
+		}
+		return fs.Arg(0), nil
+	}
+	switch sub {
+	case "list", "show", "retry", "discard":
+	default:
+		return fmt.Errorf("%w: ops: unknown subcommand %q (want list, show, retry or discard)", errUsage, sub)
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "list":
+		if fs.NArg() > 0 {
+			return fmt.Errorf("%w: ops list: unexpected argument %q", errUsage, fs.Arg(0))
+		}
+		l, err := c.Operations(ctx, client.ListOptions{State: state, Limit: limit})
+		if err != nil {
+			return apiErr(err)
+		}
+		if asJSON {
+			return printJSON(stdout, l)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSTATE\tOP\tENTITY\tATTEMPTS\tAGE\tERROR")
+		for _, op := range l.Items {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%d\t%s\t%s\n", op.ID, op.State, op.Type, op.EntityType, op.EntityID, op.AttemptCount, time.Since(op.CreatedAt).Round(time.Second), op.LastErrorCode)
+		}
+		return tw.Flush()
+	case "show":
+		id, err := needID()
+		if err != nil {
+			return err
+		}
+		op, err := c.Operation(ctx, id)
+		if err != nil {
+			return apiErr(err)
+		}
+		return printJSON(stdout, op)
+	case "retry":
+		id, err := needID()
+		if err != nil {
+			return err
+		}
+		op, err := c.Retry(ctx, id)
+		if err != nil {
+			return apiErr(err)
+		}
+		if asJSON {
+			return printJSON(stdout, op)
+		}
+		fmt.Fprintf(stdout, "operation %s is %s again\n", op.ID, op.State)
+		return nil
+	default: // discard
+		id, err := needID()
+		if err != nil {
+			return err
+		}
+		if err := c.Discard(ctx, id); err != nil {
+			return apiErr(err)
+		}
+		fmt.Fprintf(stdout, "operation %s discarded\n", id)
+		return nil
+	}
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/syncd/syncd/localapi/client"
+)
+
+// cmdStatus prints one screen: account, online, counts per state, oldest
+// pending age, and the failed operations that need the user.
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var asJSON bool
+	cf, _, err := parseClientFlags("status", args, stderr, "status [--json] [--addr ADDR] [--data-dir DIR]", func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print the status as JSON")
+	})
+	if err != nil {
+		return err
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return apiErr(err)
+	}
+	failed, err := c.Operations(ctx, client.ListOptions{State: "permanent_failed", Limit: 20})
+	if err != nil {
+		return apiErr(err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			client.Status
+			Failed []client.Operation `json:"failed"`
+		}{st, failed.Items})
+	}
+	printStatus(stdout, st, failed.Items)
+	return nil
+}
+
+func printStatus(w io.Writer, st client.Status, failed []client.Operation) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	account := "signed out"
+	if st.SignedIn {
+		account = st.AccountID
+	}
+	fmt.Fprintf(tw, "account:\t%s\n", account)
+	sending := "online"
+	switch {
+	case st.Paused:
+		sending = "paused (" + st.PauseReason + ")"
+	case !st.Online:
+		sending = "offline (will retry)"
+	}
+	fmt.Fprintf(tw, "sending:\t%s\n", sending)
+	var counts []string
+	for _, s := range []string{"pending", "sending", "retry_waiting", "permanent_failed", "done"} {
+		counts = append(counts, fmt.Sprintf("%s %d", s, st.Counts[s]))
+	}
+	fmt.Fprintf(tw, "queue:\t%s\n", strings.Join(counts, ", "))
+	oldest := "none"
+	if st.OldestPendingAgeSeconds > 0 {
+		oldest = (time.Duration(st.OldestPendingAgeSeconds * float64(time.Second))).Round(time.Second).String()
+	}
+	fmt.Fprintf(tw, "oldest unsent:\t%s\n", oldest)
+	fmt.Fprintf(tw, "data file:\t%s (%s free)\n", bytesHuman(st.FileSizeBytes), bytesHuman(st.FreeBytes))
+	fmt.Fprintf(tw, "last event:\t%d\n", st.LastEventSeq)
+	tw.Flush()
+	if len(failed) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nneeds your attention (%d failed):\n", len(failed))
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, op := range failed {
+		fmt.Fprintf(tw, "  %s\t%s %s/%s\t%s\t%s\n", op.ID, op.Type, op.EntityType, op.EntityID, op.LastErrorCode, op.LastError)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nfix with: syncd ops retry ID | syncd ops discard ID")
+}
+
+func bytesHuman(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/syncd/syncd/daemon"
@@ -264,4 +265,33 @@ func jsonEq(t testing.TB, got any, want string) {
 	if !bytes.Equal(g, wb) {
 		t.Errorf("got %s, want %s", g, wb)
 	}
+}
+
+func newTestLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(&lockedWriter{w: w}, nil))
+}
+
+// lockedWriter serialises writes to a strings.Builder shared with the
+// test.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// serve runs one request through s's handler in memory, with the token.
+func serve(s *Server, method, path, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, "http://127.0.0.1:7419"+path, strings.NewReader(body))
+	r.Header.Set("Authorization", "Bearer "+testToken)
+	if body != "" {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, r)
+	return w
 }

@@ -187,7 +187,6 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	s.runMu.Lock()
 	if s.running {
 		s.runMu.Unlock()
-		ln.Close()
 		return errors.New("localapi: Run called twice")
 	}
 	s.running = true

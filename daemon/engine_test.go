@@ -254,7 +254,9 @@ func TestRetryExpired(t *testing.T) {
 		Policy: transport.Policy{MaxElapsed: time.Minute, Backoff: transport.Backoff{Base: time.Hour}},
 		Rand:   func(n int64) int64 { return n - 1 },
 	}})
-	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action { return faultproxy.Action{Kind: faultproxy.Respond, Status: 503} })
+	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action {
+		return faultproxy.Action{Kind: faultproxy.Respond, Status: 503}
+	})
 	c := e.create("n1", `{"v":1}`)
 	e.drain()
 	op := e.wantState(c.Operation.ID, queue.StatePermanentFailed)
@@ -313,7 +315,9 @@ func TestStopReleasesInFlight(t *testing.T) {
 	e := setup(t, envOpts{realClock: true})
 	hold := make(chan struct{})
 	defer close(hold)
-	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action { return faultproxy.Action{Kind: faultproxy.Hold, Hold: hold} })
+	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action {
+		return faultproxy.Action{Kind: faultproxy.Hold, Hold: hold}
+	})
 	if err := e.d.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -344,7 +344,6 @@ func counter(t testing.TB, reg *prometheus.Registry, name, label, value string) 
 	return 0
 }
 
-
 func keyed(key string) func(faultproxy.Entry) bool {
 	return func(e faultproxy.Entry) bool { return e.Key == key }
 }

@@ -1,0 +1,32 @@
+//go:build !darwin && !windows
+
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+func defaultPaths(scope Scope, getenv func(string) string) (Paths, error) {
+	switch scope {
+	case System:
+		return Paths{DataDir: "/var/lib/syncd", ConfigFile: "/etc/syncd/" + FileName}, nil
+	case User:
+		data, conf := getenv("XDG_DATA_HOME"), getenv("XDG_CONFIG_HOME")
+		// The XDG spec: a relative path is invalid and to be ignored.
+		if data == "" || !filepath.IsAbs(data) || conf == "" || !filepath.IsAbs(conf) {
+			h, err := home(getenv)
+			if err != nil {
+				return Paths{}, err
+			}
+			if data == "" || !filepath.IsAbs(data) {
+				data = filepath.Join(h, ".local", "share")
+			}
+			if conf == "" || !filepath.IsAbs(conf) {
+				conf = filepath.Join(h, ".config")
+			}
+		}
+		return Paths{DataDir: filepath.Join(data, "syncd"), ConfigFile: filepath.Join(conf, "syncd", FileName)}, nil
+	}
+	return Paths{}, fmt.Errorf("%w: unknown scope %v", ErrNoDefaultDir, scope)
+}

@@ -1,0 +1,192 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/syncd/syncd/daemon"
+	"github.com/syncd/syncd/localapi"
+	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/transport"
+)
+
+// Defaults of the settings that are not another package's default.
+const (
+	// DefaultServiceName is the name syncd is installed under as an OS
+	// service.
+	DefaultServiceName = "syncd"
+	// DefaultLogLevel and DefaultLogFormat: text lines at info and above.
+	DefaultLogLevel  = "info"
+	DefaultLogFormat = "text"
+	// DefaultShutdownTimeout bounds a graceful stop: the sends in flight
+	// get this long to finish before they are cut off and their
+	// operations go back to pending. It stays below the 10 seconds the
+	// SysV init script waits for the process to exit.
+	DefaultShutdownTimeout = 5 * time.Second
+	// FileName is the config file's name in the per-OS config directory.
+	FileName = "syncd.json"
+	// bodyOverhead is what a request body may carry beyond the entity's
+	// data (the JSON envelope): MaxBodyBytes defaults to MaxDataBytes
+	// plus this.
+	bodyOverhead = localapi.DefaultMaxBodyBytes - queue.DefaultMaxDataBytes
+)
+
+// Settings is everything a user can tune in `syncd run`. The JSON names
+// are the config file's keys.
+type Settings struct {
+	// DataDir holds the queue file (syncd.db) and the API token
+	// (api-token). Default: the per-OS data directory (DefaultPaths).
+	DataDir string `json:"dataDir"`
+	// Listen is the local API's address. Default 127.0.0.1:7419.
+	Listen string `json:"listen"`
+	// ForceListen allows a Listen address that is not loopback.
+	ForceListen bool `json:"forceListen"`
+	// Remote is the base URL of the app's server. Empty: the embedded
+	// reference server.
+	Remote string `json:"remote"`
+	// AllowedOrigins are the browser origins (http://localhost:3000)
+	// allowed to call the local API.
+	AllowedOrigins []string `json:"allowedOrigins"`
+	// EntityTypes, if not empty, are the entity types apps may use.
+	EntityTypes []string `json:"entityTypes"`
+	// Concurrency bounds the operations sent at once.
+	Concurrency int `json:"concurrency"`
+	// RequestTimeout bounds one request to the remote.
+	RequestTimeout time.Duration `json:"requestTimeout"`
+	// MaxOperationAge: an operation older than this that was attempted
+	// before fails for the user to review instead of being resent. Keep
+	// it below the server's idempotency retention.
+	MaxOperationAge time.Duration `json:"maxOperationAge"`
+	// DoneRetention is how long sent operations are kept.
+	DoneRetention time.Duration `json:"doneRetention"`
+	// MaxDataBytes is the largest entity data accepted.
+	MaxDataBytes int `json:"maxDataBytes"`
+	// MaxBodyBytes caps local API request bodies. Default MaxDataBytes
+	// plus 64 KiB.
+	MaxBodyBytes int64 `json:"maxBodyBytes"`
+	// LockTimeout is how long a start waits for another syncd to release
+	// the data directory before giving up.
+	LockTimeout time.Duration `json:"lockTimeout"`
+	// ShutdownTimeout bounds a graceful stop.
+	ShutdownTimeout time.Duration `json:"shutdownTimeout"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `json:"logLevel"`
+	// LogFormat is text or json (log/slog's handlers).
+	LogFormat string `json:"logFormat"`
+	// ServiceName is the OS service's name: the one `syncd service`
+	// manages and the one `syncd run` reports to the service manager.
+	ServiceName string `json:"serviceName"`
+}
+
+// Defaults are the built-in settings for a scope (system or user), the
+// lowest layer of the precedence. DataDir is empty if the scope has no
+// default location here.
+func Defaults(scope Scope, getenv func(string) string) Settings {
+	p, _ := DefaultPaths(scope, getenv)
+	return Settings{
+		DataDir:         p.DataDir,
+		Listen:          localapi.DefaultListenAddr,
+		Concurrency:     daemon.DefaultConcurrency,
+		RequestTimeout:  transport.DefaultTimeout,
+		MaxOperationAge: daemon.DefaultMaxOperationAge,
+		DoneRetention:   queue.DefaultDoneRetention,
+		MaxDataBytes:    queue.DefaultMaxDataBytes,
+		LockTimeout:     queue.DefaultLockTimeout,
+		ShutdownTimeout: DefaultShutdownTimeout,
+		LogLevel:        DefaultLogLevel,
+		LogFormat:       DefaultLogFormat,
+		ServiceName:     DefaultServiceName,
+	}
+}
+
+// serviceNameRE is what a service name may be: it becomes file names
+// (/etc/init.d/NAME, NAME.service, NAME.plist).
+var serviceNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// ValidServiceName reports whether name can name the OS service.
+func ValidServiceName(name string) error {
+	if !serviceNameRE.MatchString(name) {
+		return fmt.Errorf("%w: service name %q: want letters, digits, '.', '_' and '-'", ErrInvalid, name)
+	}
+	return nil
+}
+
+// finish fills the derived defaults and checks every setting.
+func (s *Settings) finish() error {
+	if s.DataDir == "" {
+		return fmt.Errorf("%w: dataDir: no default data directory here; set --data-dir", ErrInvalid)
+	}
+	abs, err := filepath.Abs(s.DataDir)
+	if err != nil {
+		return fmt.Errorf("%w: dataDir %q: %v", ErrInvalid, s.DataDir, err)
+	}
+	s.DataDir = abs
+	if err := localapi.CheckListenAddr(s.Listen, s.ForceListen); err != nil {
+		return fmt.Errorf("%w: listen: %v (set forceListen to serve on it anyway)", ErrInvalid, err)
+	}
+	if s.Remote != "" {
+		u, err := url.Parse(s.Remote)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%w: remote %q: want an http or https URL", ErrInvalid, Redact(s.Remote))
+		}
+	}
+	for _, o := range s.AllowedOrigins {
+		if err := checkOrigin(o); err != nil {
+			return err
+		}
+	}
+	for _, t := range s.EntityTypes {
+		if err := queue.ValidateEntityType(t); err != nil {
+			return fmt.Errorf("%w: entityTypes: %v", ErrInvalid, err)
+		}
+	}
+	if s.Concurrency < 1 {
+		return fmt.Errorf("%w: concurrency %d: want 1 or more", ErrInvalid, s.Concurrency)
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"requestTimeout", s.RequestTimeout},
+		{"maxOperationAge", s.MaxOperationAge},
+		{"doneRetention", s.DoneRetention},
+		{"lockTimeout", s.LockTimeout},
+		{"shutdownTimeout", s.ShutdownTimeout},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("%w: %s %s: want a positive duration", ErrInvalid, d.key, d.v)
+		}
+	}
+	if s.MaxDataBytes < 1 {
+		return fmt.Errorf("%w: maxDataBytes %d: want 1 or more", ErrInvalid, s.MaxDataBytes)
+	}
+	if s.MaxBodyBytes == 0 {
+		s.MaxBodyBytes = int64(s.MaxDataBytes) + bodyOverhead
+	}
+	if s.MaxBodyBytes <= int64(s.MaxDataBytes) {
+		return fmt.Errorf("%w: maxBodyBytes %d: want more than maxDataBytes (%d)", ErrInvalid, s.MaxBodyBytes, s.MaxDataBytes)
+	}
+	switch s.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("%w: logLevel %q: want debug, info, warn or error", ErrInvalid, s.LogLevel)
+	}
+	switch s.LogFormat {
+	case "text", "json":
+	default:
+		return fmt.Errorf("%w: logFormat %q: want text or json", ErrInvalid, s.LogFormat)
+	}
+	return ValidServiceName(s.ServiceName)
+}
+
+func checkOrigin(o string) error {
+	u, err := url.Parse(o)
+	if err != nil || u.Scheme == "" || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil || strings.HasSuffix(o, "/") {
+		return fmt.Errorf("%w: allowedOrigins: want an origin like http://localhost:3000, got %q", ErrInvalid, o)
+	}
+	return nil
+}

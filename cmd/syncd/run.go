@@ -11,11 +11,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/syncd/syncd/daemon"
 	"github.com/syncd/syncd/localapi"
 	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/transport"
 )
+
+// daemonStopTimeout is how long sends in flight may finish at shutdown
+// before they are canceled (their operations go back to pending).
+const daemonStopTimeout = 10 * time.Second
 
 // dataFileName is the queue's bbolt file in the data directory.
 const dataFileName = "syncd.db"
@@ -27,6 +33,9 @@ type runConfig struct {
 	ForceListen    bool
 	AllowedOrigins []string
 	EntityTypes    []string
+	// Remote is the remote server's base URL; empty means the embedded
+	// reference server.
+	Remote string
 }
 
 // parseRunFlags parses `syncd run`'s flags. It is the one place that
@@ -38,6 +47,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&rc.DataDir, "data-dir", defaultDataDir(), "data directory: the queue file "+dataFileName+" and the API token "+localapi.TokenFileName)
 	fs.StringVar(&rc.Listen, "listen", localapi.DefaultListenAddr, "address of the local API (loopback unless --force-listen)")
 	fs.BoolVar(&rc.ForceListen, "force-listen", false, "allow a non-loopback --listen address")
+	fs.StringVar(&rc.Remote, "remote", "", "base URL of the remote server to sync to (default: the reference server, started in-process on loopback with dev tokens)")
 	fs.Func("allowed-origin", "a browser origin allowed to call the API, e.g. http://localhost:3000 (repeatable)", func(s string) error {
 		if s == "" || strings.HasSuffix(s, "/") || !strings.Contains(s, "://") {
 			return fmt.Errorf("want an origin like http://localhost:3000, got %q", s)
@@ -57,7 +67,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 		return nil
 	})
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: syncd run [--data-dir DIR] [--listen ADDR] [--force-listen] [--allowed-origin ORIGIN]... [--entity-types a,b]")
+		fmt.Fprintln(stderr, "usage: syncd run [--data-dir DIR] [--listen ADDR] [--force-listen] [--allowed-origin ORIGIN]... [--entity-types a,b] [--remote URL]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -106,12 +116,34 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("run: %w", err)
 	}
 	defer store.Close()
-	d, err := daemon.New(daemon.Config{Store: store, Logger: logger})
+	remoteURL := rc.Remote
+	if remoteURL == "" {
+		url, path, stopRemote, err := startEmbeddedRemote(ctx, rc.DataDir, logger)
+		if err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
+		defer stopRemote()
+		remoteURL = url
+		fmt.Fprintf(stdout, "syncd: no --remote given: syncing to the embedded reference server at %s (data in %s; dev tokens: any token works, its account is the part before the first '.')\n", url, path)
+	}
+	client, err := transport.New(transport.Config{BaseURL: remoteURL})
+	if err != nil {
+		return fmt.Errorf("run: --remote: %w", err)
+	}
+	d, err := daemon.New(daemon.Config{Store: store, Logger: logger, Transport: client})
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	// The drain engine (d.Start/d.Stop with a transport to the remote) is
-	// wired here once `run` gets its remote settings.
+	if err := d.Start(ctx); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	stopDaemon := func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), daemonStopTimeout)
+		defer cancel()
+		d.Stop(sctx)
+	}
+	defer stopDaemon()
+	fmt.Fprintf(stdout, "syncd: syncing to %s\n", remoteURL)
 
 	token, tokenPath, err := localapi.LoadOrCreateToken(rc.DataDir)
 	if err != nil {
@@ -143,6 +175,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := srv.Run(ctx, ln); err != nil {
 		return err
 	}
+	stopDaemon()
 	if err := store.Close(); err != nil {
 		return fmt.Errorf("run: close queue: %w", err)
 	}

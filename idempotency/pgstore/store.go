@@ -67,8 +67,10 @@ type Config struct {
 
 // Store is an idempotency.Store on PostgreSQL.
 type Store struct {
-	pool     *pgxpool.Pool
-	beginSQL string
+	pool        *pgxpool.Pool
+	beginSQL    string // BEGIN and the SET LOCALs, as one simple query
+	lockTimeout string // the SET LOCAL values, for the pipelined begin
+	lease       string
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -87,11 +89,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err := migrate(ctx, cfg.Pool); err != nil {
 		return nil, err
 	}
-	// One round trip opens the transaction and sets its limits.
+	lock := strconv.FormatInt(max(cfg.LockTimeout.Milliseconds(), 1), 10) + "ms"
+	lease := strconv.FormatInt(max(cfg.Lease.Milliseconds(), 1), 10) + "ms"
 	begin := "BEGIN ISOLATION LEVEL READ COMMITTED; " +
-		"SET LOCAL lock_timeout = '" + strconv.FormatInt(cfg.LockTimeout.Milliseconds(), 10) + "ms'; " +
-		"SET LOCAL idle_in_transaction_session_timeout = '" + strconv.FormatInt(max(cfg.Lease.Milliseconds(), 1), 10) + "ms'"
-	return &Store{pool: cfg.Pool, beginSQL: begin}, nil
+		"SET LOCAL lock_timeout = '" + lock + "'; " +
+		"SET LOCAL idle_in_transaction_session_timeout = '" + lease + "'"
+	return &Store{pool: cfg.Pool, beginSQL: begin, lockTimeout: lock, lease: lease}, nil
 }
 
 // Pool returns the pool the store works on.
@@ -105,7 +108,7 @@ func (s *Store) Begin(ctx context.Context) (idempotency.Tx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: begin: %w", err)
 	}
-	return &Tx{store: s, pc: pc}, nil
+	return &Tx{store: s, pc: pc, conn: pc.Conn()}, nil
 }
 
 const selectRecord = `SELECT operation_type, request_fingerprint, status, response_status,
@@ -173,15 +176,16 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 }
 
 // Tx is the transaction of one gated request, on one pooled connection.
-// It costs one round trip more than a plain transaction with the same
-// domain writes: BEGIN (with the SET LOCALs), the reserving INSERT, the
-// handler's statements, then the completing UPDATE and the COMMIT
-// pipelined in one round trip.
+// It costs as many round trips as a plain transaction with the same
+// domain writes (BEGIN, the writes, COMMIT): Reserve pipelines BEGIN, the
+// transaction's limits and the reserving INSERT; Commit pipelines the
+// completing UPDATE and the COMMIT.
 type Tx struct {
 	store    *Store
 	pc       *pgxpool.Conn // released by Commit or Rollback
-	tx       pgx.Tx        // nil until begun
-	err      error         // a failed lazy begin, reported by Commit
+	conn     *pgx.Conn
+	begun    bool
+	err      error // a failed lazy begin, reported by Commit
 	actor    string
 	key      string
 	reserved bool
@@ -191,37 +195,35 @@ type Tx struct {
 
 // TxFromContext returns the pgx transaction of the gated request whose
 // context ctx is; ok is false outside one or for another store. Do not
-// commit or roll it back: the gate does, with the completion.
+// commit or roll it back (its Commit and Rollback return
+// ErrTxOwnedByGate): the gate does, together with the stored response.
+// Its Begin makes savepoints; LargeObjects is not supported.
 func TxFromContext(ctx context.Context) (tx pgx.Tx, ok bool) {
 	t, ok := idempotency.TxFromContext(ctx).(*Tx)
 	if !ok || t.done {
 		return nil, false
 	}
-	if t.tx == nil {
-		if err := t.begin(ctx); err != nil {
+	if !t.begun {
+		// A handler outside Reserve (e.g. run ungated): a plain BEGIN.
+		if _, err := t.conn.Exec(ctx, t.store.beginSQL); err != nil {
 			t.err = err
 			return nil, false
 		}
+		t.begun = true
 	}
-	return t.tx, true
+	return &handlerTx{conn: t.conn}, true
 }
 
-// begin starts the transaction: BEGIN and the SET LOCALs in one round
-// trip.
-func (t *Tx) begin(ctx context.Context) error {
-	tx, err := t.pc.Conn().BeginTx(ctx, pgx.TxOptions{BeginQuery: t.store.beginSQL})
-	if err != nil {
-		return err
-	}
-	t.tx = tx
-	return nil
-}
+const reserveSQL = `INSERT INTO idempotency_records
+	(actor_id, operation_id, operation_type, request_fingerprint, status, created_at, expires_at)
+	VALUES ($1, $2, $3, $4, 'processing', $5, $6)
+	ON CONFLICT (actor_id, operation_id) DO NOTHING`
 
 // Reserve implements idempotency.Tx: INSERT ... ON CONFLICT
-// (actor_id, operation_id) DO NOTHING. On a conflict it reads the
-// committed row (READ COMMITTED: a new statement sees what the
-// conflicting transaction committed); an expired row is deleted and the
-// insert tried again, in the same transaction.
+// (actor_id, operation_id) DO NOTHING, pipelined with BEGIN. On a
+// conflict it reads the committed row (READ COMMITTED: a new statement
+// sees what the conflicting transaction committed); an expired row is
+// deleted and the insert tried again, in the same transaction.
 func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time) (*idempotency.Record, error) {
 	if t.done {
 		return nil, idempotency.ErrTxDone
@@ -229,36 +231,49 @@ func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time
 	if t.reserved {
 		return nil, fmt.Errorf("pgstore: reserve: this transaction already holds a reservation")
 	}
-	if t.tx == nil {
-		if err := t.begin(ctx); err != nil {
-			return nil, fmt.Errorf("pgstore: begin: %w", err)
+	args := []any{rec.Actor, rec.Key, rec.Operation, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt}
+	var tag pgconn.CommandTag
+	if !t.begun {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+		b.Queue("SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)",
+			t.store.lockTimeout, t.store.lease)
+		b.Queue(reserveSQL, args...)
+		br := t.conn.SendBatch(ctx, b)
+		_, err1 := br.Exec()
+		_, err2 := br.Exec()
+		var err3 error
+		tag, err3 = br.Exec()
+		errClose := br.Close()
+		t.begun = t.conn.PgConn().TxStatus() != 'I'
+		if err := errors.Join(err1, err2, err3, errClose); err != nil {
+			return nil, classify("reserve", err)
+		}
+	} else {
+		var err error
+		if tag, err = t.conn.Exec(ctx, reserveSQL, args...); err != nil {
+			return nil, classify("reserve", err)
 		}
 	}
 	for range 3 {
-		tag, err := t.tx.Exec(ctx, `INSERT INTO idempotency_records
-			(actor_id, operation_id, operation_type, request_fingerprint, status, created_at, expires_at)
-			VALUES ($1, $2, $3, $4, 'processing', $5, $6)
-			ON CONFLICT (actor_id, operation_id) DO NOTHING`,
-			rec.Actor, rec.Key, rec.Operation, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt)
-		if err != nil {
-			return nil, classify("reserve", err)
-		}
 		if tag.RowsAffected() == 1 {
 			t.actor, t.key, t.reserved = rec.Actor, rec.Key, true
 			return nil, nil
 		}
-		old, err := getRecord(ctx, t.tx, rec.Actor, rec.Key)
+		old, err := getRecord(ctx, t.conn, rec.Actor, rec.Key)
 		if err != nil {
 			return nil, classify("reserve", err)
 		}
-		if old == nil {
-			continue
-		}
-		if !old.Expired(now) {
+		if old != nil && !old.Expired(now) {
 			return old, nil
 		}
-		if _, err := t.tx.Exec(ctx, `DELETE FROM idempotency_records
-			WHERE actor_id = $1 AND operation_id = $2 AND expires_at <= $3`, rec.Actor, rec.Key, now); err != nil {
+		if old != nil { // expired: delete it, then insert
+			if _, err := t.conn.Exec(ctx, `DELETE FROM idempotency_records
+				WHERE actor_id = $1 AND operation_id = $2 AND expires_at <= $3`, rec.Actor, rec.Key, now); err != nil {
+				return nil, classify("reserve", err)
+			}
+		}
+		if tag, err = t.conn.Exec(ctx, reserveSQL, args...); err != nil {
 			return nil, classify("reserve", err)
 		}
 	}
@@ -286,50 +301,42 @@ func (t *Tx) Commit(ctx context.Context) error {
 		return idempotency.ErrTxDone
 	}
 	t.done = true
-	defer t.pc.Release()
+	defer t.release(ctx)
 	if t.err != nil {
-		if t.tx != nil {
-			_ = t.tx.Rollback(ctx)
-		}
 		return fmt.Errorf("pgstore: commit: the transaction did not begin: %w", t.err)
 	}
-	if t.tx == nil {
+	if !t.begun {
 		return nil // nothing began, nothing to commit
 	}
-	if t.complete == nil {
-		if err := t.tx.Commit(ctx); err != nil {
-			return fmt.Errorf("pgstore: commit: %w", err)
-		}
-		return nil
-	}
-	rec := t.complete
-	hdr, err := json.Marshal(http.Header(rec.ResponseHeader))
-	if err != nil {
-		_ = t.tx.Rollback(ctx)
-		return fmt.Errorf("pgstore: encode response headers: %w", err)
-	}
-	body := rec.ResponseBody
-	if body == nil {
-		body = []byte{}
-	}
 	b := &pgx.Batch{}
-	// 1/count(*) fails the pipeline, and so skips the COMMIT, unless
-	// exactly the reserved row was completed.
-	b.Queue(`WITH u AS (UPDATE idempotency_records
-		SET status = 'completed', response_status = $3, response_headers = $4, response_body = $5, completed_at = $6
-		WHERE actor_id = $1 AND operation_id = $2 AND status = 'processing' RETURNING 1)
-		SELECT 1/count(*) FROM u`,
-		rec.Actor, rec.Key, rec.ResponseStatus, hdr, body, rec.CompletedAt)
-	b.Queue("COMMIT")
-	conn := t.pc.Conn()
-	br := conn.SendBatch(ctx, b)
-	_, errUpdate := br.Exec()
-	tag, errCommit := br.Exec()
-	errClose := br.Close()
-	if err := errors.Join(errUpdate, errCommit, errClose); err != nil {
-		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	if rec := t.complete; rec != nil {
+		hdr, err := json.Marshal(http.Header(rec.ResponseHeader))
+		if err != nil {
+			return fmt.Errorf("pgstore: encode response headers: %w", err)
 		}
+		body := rec.ResponseBody
+		if body == nil {
+			body = []byte{}
+		}
+		// 1/count(*) fails the pipeline, and so skips the COMMIT, unless
+		// exactly the reserved row was completed.
+		b.Queue(`WITH u AS (UPDATE idempotency_records
+			SET status = 'completed', response_status = $3, response_headers = $4, response_body = $5, completed_at = $6
+			WHERE actor_id = $1 AND operation_id = $2 AND status = 'processing' RETURNING 1)
+			SELECT 1/count(*) FROM u`,
+			rec.Actor, rec.Key, rec.ResponseStatus, hdr, body, rec.CompletedAt)
+	}
+	b.Queue("COMMIT")
+	br := t.conn.SendBatch(ctx, b)
+	var errs []error
+	var tag pgconn.CommandTag
+	for range b.Len() {
+		var err error
+		tag, err = br.Exec()
+		errs = append(errs, err)
+	}
+	errs = append(errs, br.Close())
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("pgstore: commit: %w", err)
 	}
 	if tag.String() == "ROLLBACK" {
@@ -344,14 +351,18 @@ func (t *Tx) Rollback(ctx context.Context) error {
 		return nil
 	}
 	t.done = true
-	defer t.pc.Release() // a connection still in a transaction is destroyed, not reused
-	if t.tx == nil {
-		return nil
-	}
-	if err := t.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-		return fmt.Errorf("pgstore: rollback: %w", err)
-	}
+	t.release(ctx)
 	return nil
+}
+
+// release ends whatever transaction is still open on the connection and
+// gives the connection back to the pool (which destroys it if it is
+// still not idle).
+func (t *Tx) release(ctx context.Context) {
+	if !t.conn.IsClosed() && t.conn.PgConn().TxStatus() != 'I' {
+		_, _ = t.conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+	t.pc.Release()
 }
 
 // classify maps lock_not_available (the lock timeout expired while

@@ -1,0 +1,4 @@
+package service
+
+// CheckShellWords is checkShellWords, for tests.
+var CheckShellWords = checkShellWords

@@ -13,6 +13,11 @@
 // and runs. A duplicate that waits longer than Config.LockTimeout gets
 // idempotency.ErrInFlight (409 with Retry-After).
 //
+// The gate costs no extra round trip: BEGIN is pipelined with the
+// reservation, and the completion with the COMMIT, so a gated request
+// with one domain write makes three round trips, like a plain
+// transaction. It costs a row insert and update per request.
+//
 // No record can stay in processing: a crashed server's connection drops
 // and PostgreSQL rolls its transaction back; a server that hangs inside
 // a request is cut off after Config.Lease by

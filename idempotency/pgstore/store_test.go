@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -179,5 +180,69 @@ func TestMigrateTwice(t *testing.T) {
 	}
 	if _, err := pgstore.New(context.Background(), pgstore.Config{}); !errors.Is(err, pgstore.ErrNoPool) {
 		t.Fatalf("New without a pool: %v", err)
+	}
+}
+
+// TestHandlerTx: the handler's pgx.Tx refuses Commit and Rollback, and
+// its Begin makes savepoints inside the gated transaction.
+func TestHandlerTx(t *testing.T) {
+	t.Parallel()
+	pool, s := setup(t, pgstore.Config{})
+	g, err := idempotency.New(idempotency.Config{Store: s, Actor: func(*http.Request) (string, error) { return "alice", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handlerErr error
+	h := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		tx, ok := pgstore.TxFromContext(ctx)
+		if !ok || tx.Conn() == nil {
+			handlerErr = errors.New("no tx")
+			return
+		}
+		if err := tx.Commit(ctx); !errors.Is(err, pgstore.ErrTxOwnedByGate) {
+			handlerErr = fmt.Errorf("Commit: %v", err)
+			return
+		}
+		if err := tx.Rollback(ctx); !errors.Is(err, pgstore.ErrTxOwnedByGate) {
+			handlerErr = fmt.Errorf("Rollback: %v", err)
+			return
+		}
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			handlerErr = err
+			return
+		}
+		if _, err := sp.Exec(ctx, `INSERT INTO test_effects (tag) VALUES ('undone')`); err != nil {
+			handlerErr = err
+			return
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			handlerErr = err
+			return
+		}
+		sp2, _ := tx.Begin(ctx)
+		if _, err := sp2.Exec(ctx, `INSERT INTO test_effects (tag) VALUES ('kept')`); err != nil {
+			handlerErr = err
+			return
+		}
+		if err := sp2.Commit(ctx); err != nil {
+			handlerErr = err
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	req := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(`{}`))
+	req.Header.Set(idempotency.HeaderKey, "k")
+	rr := httptest.NewRecorder()
+	h.ServeHTTP(rr, req)
+	if handlerErr != nil || rr.Code != http.StatusCreated {
+		t.Fatalf("handler: %d %v", rr.Code, handlerErr)
+	}
+	var kept, undone int
+	ctx := context.Background()
+	pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE tag = 'kept'), count(*) FILTER (WHERE tag = 'undone') FROM test_effects`).Scan(&kept, &undone)
+	if kept != 1 || undone != 0 {
+		t.Fatalf("kept %d undone %d", kept, undone)
 	}
 }

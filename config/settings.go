@@ -126,7 +126,7 @@ func (s *Settings) finish() error {
 	}
 	s.DataDir = abs
 	if err := localapi.CheckListenAddr(s.Listen, s.ForceListen); err != nil {
-		return fmt.Errorf("%w: listen: %v (set forceListen to serve on it anyway)", ErrInvalid, err)
+		return fmt.Errorf("%w: listen: %v (add --force-listen, or forceListen: true in the config file, to serve on it anyway)", ErrInvalid, err)
 	}
 	if s.Remote != "" {
 		u, err := url.Parse(s.Remote)

@@ -10,108 +10,77 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"github.com/syncd/syncd/config"
 	"github.com/syncd/syncd/daemon"
 	"github.com/syncd/syncd/localapi"
 	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/service"
 	"github.com/syncd/syncd/transport"
 )
-
-// daemonStopTimeout is how long sends in flight may finish at shutdown
-// before they are canceled (their operations go back to pending).
-const daemonStopTimeout = 10 * time.Second
 
 // dataFileName is the queue's bbolt file in the data directory.
 const dataFileName = "syncd.db"
 
-// runConfig is what `syncd run` was asked to do.
-type runConfig struct {
-	DataDir        string
-	Listen         string
-	ForceListen    bool
-	AllowedOrigins []string
-	EntityTypes    []string
-	// Remote is the remote server's base URL; empty means the embedded
-	// reference server.
-	Remote string
+// parseRunFlags resolves `syncd run`'s settings: defaults, the config
+// file, SYNCD_* variables and the flags (package config).
+func parseRunFlags(args []string, stderr io.Writer) (config.Loaded, error) {
+	l, err := config.Load(args, os.Getenv, stderr)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		return l, fmt.Errorf("%w: run: %v", errUsage, err)
+	}
+	return l, err
 }
 
-// parseRunFlags parses `syncd run`'s flags. It is the one place that
-// knows them, so per-OS defaults and a config file can replace it.
-func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
-	var rc runConfig
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&rc.DataDir, "data-dir", defaultDataDir(), "data directory: the queue file "+dataFileName+" and the API token "+localapi.TokenFileName)
-	fs.StringVar(&rc.Listen, "listen", localapi.DefaultListenAddr, "address of the local API (loopback unless --force-listen)")
-	fs.BoolVar(&rc.ForceListen, "force-listen", false, "allow a non-loopback --listen address")
-	fs.StringVar(&rc.Remote, "remote", "", "base URL of the remote server to sync to (default: the reference server, started in-process on loopback with dev tokens)")
-	fs.Func("allowed-origin", "a browser origin allowed to call the API, e.g. http://localhost:3000 (repeatable)", func(s string) error {
-		if s == "" || strings.HasSuffix(s, "/") || !strings.Contains(s, "://") {
-			return fmt.Errorf("want an origin like http://localhost:3000, got %q", s)
-		}
-		rc.AllowedOrigins = append(rc.AllowedOrigins, s)
-		return nil
-	})
-	fs.Func("entity-types", "comma-separated entity types apps may use (default: any)", func(s string) error {
-		for t := range strings.SplitSeq(s, ",") {
-			if t = strings.TrimSpace(t); t != "" {
-				if err := queue.ValidateEntityType(t); err != nil {
-					return err
-				}
-				rc.EntityTypes = append(rc.EntityTypes, t)
-			}
-		}
-		return nil
-	})
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: syncd run [--data-dir DIR] [--listen ADDR] [--force-listen] [--allowed-origin ORIGIN]... [--entity-types a,b] [--remote URL]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return rc, err
-		}
-		return rc, fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return rc, fmt.Errorf("%w: run: unexpected argument %q", errUsage, fs.Arg(0))
-	}
-	if rc.DataDir == "" {
-		return rc, fmt.Errorf("%w: run: --data-dir is required (no home directory to default to)", errUsage)
-	}
-	if err := localapi.CheckListenAddr(rc.Listen, rc.ForceListen); err != nil {
-		return rc, fmt.Errorf("%w: run: --listen: %v (add --force-listen to serve on it anyway)", errUsage, err)
-	}
-	return rc, nil
-}
-
-// defaultDataDir is $XDG_DATA_HOME/syncd, else ~/.local/share/syncd.
+// defaultDataDir is this process's default data directory (see
+// config.DefaultPaths): what the client commands look in for the token.
 func defaultDataDir() string {
-	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
-		return filepath.Join(x, "syncd")
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".local", "share", "syncd")
-	}
-	return ""
+	p, _ := config.DefaultPaths(config.DefaultScope(), nil)
+	return p.DataDir
 }
 
 // cmdRun runs the daemon in the foreground until ctx ends (SIGINT or
 // SIGTERM), then stops the API server and closes the queue.
+//
+// Under a service manager (systemd, launchd, Windows) the daemon runs
+// through service.Run, which answers the manager's start and stop.
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	rc, err := parseRunFlags(args, stderr)
+	l, err := parseRunFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
-
-	if err := os.MkdirAll(rc.DataDir, 0o700); err != nil {
-		return fmt.Errorf("run: data directory: %w", err)
+	rc := l.Settings
+	if l.PrintConfig {
+		return config.WriteJSON(stdout, rc)
 	}
-	store, err := queue.Open(filepath.Join(rc.DataDir, dataFileName), queue.Config{Logger: logger})
+	logger := config.NewLogger(stderr, rc)
+	if l.File != "" {
+		logger.Info("config file", "path", l.File)
+	}
+	return service.Run(ctx, service.RunConfig{
+		Name:        rc.ServiceName,
+		StopTimeout: localapi.DefaultShutdownTimeout + rc.ShutdownTimeout + 2*time.Second,
+		Logger:      logger,
+	}, func(ctx context.Context) error {
+		return runDaemon(ctx, rc, stdout, logger)
+	})
+}
+
+// runDaemon is the daemon: it runs until ctx ends.
+func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger *slog.Logger) error {
+	if err := config.MkdirPrivate(rc.DataDir); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	store, err := queue.Open(filepath.Join(rc.DataDir, dataFileName), queue.Config{
+		Logger:        logger,
+		LockTimeout:   rc.LockTimeout,
+		MaxDataBytes:  rc.MaxDataBytes,
+		DoneRetention: rc.DoneRetention,
+	})
+	if errors.Is(err, queue.ErrLocked) {
+		return fmt.Errorf("another syncd is already running on %s", rc.DataDir)
+	}
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
@@ -126,11 +95,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		remoteURL = url
 		fmt.Fprintf(stdout, "syncd: no --remote given: syncing to the embedded reference server at %s (data in %s; dev tokens: any token works, its account is the part before the first '.')\n", url, path)
 	}
-	client, err := transport.New(transport.Config{BaseURL: remoteURL})
+	client, err := transport.New(transport.Config{BaseURL: remoteURL, Timeout: rc.RequestTimeout})
 	if err != nil {
-		return fmt.Errorf("run: --remote: %w", err)
+		return fmt.Errorf("run: --remote %s: %w", config.Redact(rc.Remote), err)
 	}
-	d, err := daemon.New(daemon.Config{Store: store, Logger: logger, Transport: client})
+	d, err := daemon.New(daemon.Config{Store: store, Logger: logger, Transport: client, Concurrency: rc.Concurrency, MaxOperationAge: rc.MaxOperationAge})
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
@@ -138,7 +107,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("run: %w", err)
 	}
 	stopDaemon := func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), daemonStopTimeout)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rc.ShutdownTimeout)
 		defer cancel()
 		d.Stop(sctx)
 	}
@@ -154,6 +123,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Token:          token,
 		AllowedOrigins: rc.AllowedOrigins,
 		EntityTypes:    rc.EntityTypes,
+		MaxBodyBytes:   rc.MaxBodyBytes,
 		Logger:         logger,
 	}
 	if rc.ForceListen {

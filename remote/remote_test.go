@@ -519,3 +519,41 @@ func TestHandlerFailureRollsBack(t *testing.T) {
 		}
 	})
 }
+
+// TestResendAfterRetention: once a key's record expired and was swept, a
+// resend of the create runs again but still makes no second record: 200
+// with the record the first send made.
+func TestResendAfterRetention(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clock := idempotencytest.NewClock(time.Date(2026, 1, 13, 0, 0, 0, 0, time.UTC))
+		cfg := b.config(t)
+		cfg.Now = clock.Now
+		cfg.Retention = 48 * time.Hour
+		h := setup(t, cfg)
+		key, clientID := newKey(), newKey()
+		body := `{"clientId":"` + clientID + `","data":{"v":1},"payloadVersion":1}`
+		first := h.must(t, "POST", "/v1/entries", "alice", key, body)
+		if first.status != http.StatusCreated {
+			t.Fatalf("first: %d %s", first.status, first.body)
+		}
+		clock.Advance(47 * time.Hour)
+		if n, err := h.srv.Sweep(context.Background()); err != nil || n != 0 {
+			t.Fatalf("sweep inside the retention: %d %v", n, err)
+		}
+		if r := h.must(t, "POST", "/v1/entries", "alice", key, body); !r.replayed {
+			t.Fatalf("inside the retention: %d replayed=%v", r.status, r.replayed)
+		}
+		clock.Advance(time.Hour)
+		if n, err := h.srv.Sweep(context.Background()); err != nil || n != 1 {
+			t.Fatalf("sweep after the retention: %d %v", n, err)
+		}
+		late := h.must(t, "POST", "/v1/entries", "alice", key, body)
+		if late.status != http.StatusOK || late.replayed || entityOf(t, late).ID != entityOf(t, first).ID {
+			t.Fatalf("resend after the retention: %d replayed=%v %s", late.status, late.replayed, late.body)
+		}
+		if n := h.count(t, "alice", "entries", clientID); n != 1 {
+			t.Fatalf("%d records", n)
+		}
+	})
+}

@@ -68,7 +68,7 @@ func setup(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler())
-	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	tr := &http.Transport{MaxIdleConnsPerHost: 128}
 	e := &env{t: t, store: store, d: d, srv: srv, url: hs.URL, client: &http.Client{Transport: tr}}
 	t.Cleanup(func() {
 		tr.CloseIdleConnections()

@@ -229,7 +229,6 @@ func (m *Manager) Install() error {
 		m.removeLeftovers()
 		return fmt.Errorf("service: install %s: %w", m.cfg.Name, err)
 	}
-	m.logger.Info("service installed", "name", m.cfg.Name, "platform", m.Platform(), "user", m.cfg.User)
 	return nil
 }
 
@@ -260,7 +259,6 @@ func (m *Manager) Uninstall() error {
 		return fmt.Errorf("service: uninstall %s: %w", m.cfg.Name, err)
 	}
 	m.removeLeftovers()
-	m.logger.Info("service uninstalled", "name", m.cfg.Name, "platform", m.Platform())
 	return nil
 }
 

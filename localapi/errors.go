@@ -1,6 +1,7 @@
 package localapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -61,12 +62,17 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 
 // writeJSON writes v as the JSON answer with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
+	// No HTML escaping: answers are application/json with nosniff and a
+	// default-src 'none' policy, and read by people with curl.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	b := []byte(`{"error":{"code":"internal","message":"encoding the answer failed"}}` + "\n")
+	if err := enc.Encode(v); err == nil {
+		b = buf.Bytes()
+	} else {
 		status = http.StatusInternalServerError
-		b = []byte(`{"error":{"code":"internal","message":"encoding the answer failed"}}`)
 	}
-	b = append(b, '\n')
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))

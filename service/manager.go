@@ -338,7 +338,7 @@ func (m *Manager) Logs() string {
 		}
 		return dir + "/" + name + ".err.log (log lines; stdout goes to " + dir + "/" + name + ".out.log)"
 	case "windows-service":
-		return "the Windows Event Log is not used: syncd logs to stderr; run it with `syncd run` to see them"
+		return LogFileName + " in the data directory"
 	}
 	return "stderr of the service process, as " + m.Platform() + " keeps it"
 }

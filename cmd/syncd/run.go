@@ -54,7 +54,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if l.PrintConfig {
 		return config.WriteJSON(stdout, rc)
 	}
-	logger := config.NewLogger(stderr, rc)
+	if err := config.MkdirPrivate(rc.DataDir); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	logOut, closeLog, err := service.LogOutput(rc.DataDir, stderr)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	defer closeLog()
+	logger := config.NewLogger(logOut, rc)
 	if l.File != "" {
 		logger.Info("config file", "path", l.File)
 	}
@@ -69,9 +77,6 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // runDaemon is the daemon: it runs until ctx ends.
 func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger *slog.Logger) error {
-	if err := config.MkdirPrivate(rc.DataDir); err != nil {
-		return fmt.Errorf("run: %w", err)
-	}
 	store, err := queue.Open(filepath.Join(rc.DataDir, dataFileName), queue.Config{
 		Logger:        logger,
 		LockTimeout:   rc.LockTimeout,

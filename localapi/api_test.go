@@ -414,3 +414,48 @@ func TestRun(t *testing.T) {
 		t.Error("listener still open after Run returned")
 	}
 }
+
+// TestRunClosesHijacked: connections taken over from the HTTP server (a
+// WebSocket) are closed when Run stops; Shutdown alone would not.
+func TestRunClosesHijacked(t *testing.T) {
+	t.Parallel()
+	s, err := New(Config{Daemon: &fakeDaemon{}, Store: fakeStore{}, Token: testToken, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hijacked := make(chan struct{})
+	handlerDone := make(chan struct{})
+	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(handlerDone)
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		close(hijacked)
+		c.Read(make([]byte, 1)) // until Run closes it
+		s.hijacked.forget(c)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, ln) }()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	<-hijacked
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	<-handlerDone
+	if n, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Errorf("hijacked connection still open (read %d bytes)", n)
+	}
+}

@@ -33,4 +33,5 @@ const (
 	CodeTooLarge     = "too_large"               // 413: body over Config.MaxBodyBytes
 	CodeUnauthorized = "unauthorized"            // 401: Config.Actor failed
 	CodeInternal     = "internal"                // 500: the store failed
+	CodeBadRequest   = "bad_request"             // 400: the request body could not be read
 )

@@ -214,7 +214,7 @@ func (g *Gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, g.cfg.MaxBodyBytes+1))
 	if err != nil {
-		g.cfg.WriteError(w, r, http.StatusBadRequest, "bad_request", "reading the request body failed")
+		g.cfg.WriteError(w, r, http.StatusBadRequest, CodeBadRequest, "reading the request body failed")
 		return
 	}
 	if int64(len(body)) > g.cfg.MaxBodyBytes {

@@ -459,3 +459,16 @@ func TestRunClosesHijacked(t *testing.T) {
 		t.Errorf("hijacked connection still open (read %d bytes)", n)
 	}
 }
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOptions{account: "alice"})
+	e.must(201, req{method: "POST", path: "/v1/entities/note", body: `{"data":{}}`})
+	r := e.must(200, req{method: "GET", path: "/metrics"})
+	if !strings.Contains(r.raw, "offline_queue_depth") {
+		t.Errorf("metrics without offline_queue_depth:\n%s", r.raw)
+	}
+	if r := e.do(req{method: "GET", path: "/metrics", header: map[string]string{"Authorization": ""}}); r.status != 401 {
+		t.Errorf("metrics without the token: %d", r.status)
+	}
+}

@@ -81,6 +81,10 @@ type Config struct {
 	// MaxBodyBytes caps request bodies (413 body_too_large). Default
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// Metrics serves GET /metrics (Prometheus text), behind the same
+	// guard as every route. Nil means the daemon's own (its
+	// MetricsHandler method, as *daemon.Daemon has), else no route.
+	Metrics http.Handler
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -96,6 +100,7 @@ type Server struct {
 	maxBody  int64
 	logger   *slog.Logger
 	handler  http.Handler
+	metrics  http.Handler
 
 	// altTokenPaths lists the paths (GET only) whose requests may carry
 	// the token as ?token= or a WebSocket subprotocol instead of the
@@ -136,6 +141,12 @@ func New(cfg Config) (*Server, error) {
 		logger:        cmp.Or(cfg.Logger, slog.Default()),
 		altTokenPaths: make(map[string]bool),
 	}
+	s.metrics = cfg.Metrics
+	if s.metrics == nil {
+		if dm, ok := cfg.Daemon.(interface{ MetricsHandler() http.Handler }); ok {
+			s.metrics = dm.MetricsHandler()
+		}
+	}
 	for _, o := range cfg.AllowedOrigins {
 		s.origins[o] = true
 	}
@@ -173,6 +184,10 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/operations/{id}", s.getOperation)
 	mux.HandleFunc("POST /v1/operations/{id}/retry", s.retryOperation)
 	mux.HandleFunc("POST /v1/operations/{id}/discard", s.discardOperation)
+
+	if s.metrics != nil {
+		mux.Handle("GET /metrics", s.metrics)
+	}
 	return mux
 }
 

@@ -15,7 +15,7 @@ import (
 // HTTP: the database cost of the gate.
 func BenchmarkTx(b *testing.B) {
 	ctx := context.Background()
-	pool, s := setupB(b)
+	_, s := setupB(b)
 	for _, gated := range []bool{false, true} {
 		b.Run("gated="+strconv.FormatBool(gated), func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
@@ -48,5 +48,4 @@ func BenchmarkTx(b *testing.B) {
 			}
 		})
 	}
-	_ = pool
 }

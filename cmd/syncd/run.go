@@ -108,7 +108,9 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	if err := d.Start(ctx); err != nil {
+	// Not ctx itself: a signal must not cut sends short; stopDaemon
+	// gives them daemonStopTimeout.
+	if err := d.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
 	stopDaemon := func() {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -470,5 +472,46 @@ func TestMetrics(t *testing.T) {
 	}
 	if r := e.do(req{method: "GET", path: "/metrics", header: map[string]string{"Authorization": ""}}); r.status != 401 {
 		t.Errorf("metrics without the token: %d", r.status)
+	}
+}
+
+// TestNotify: every write that queued work wakes the daemon's workers; a
+// replay, which queued nothing, does not.
+func TestNotify(t *testing.T) {
+	t.Parallel()
+	store, err := queue.Open(filepath.Join(t.TempDir(), "syncd.db"), queue.Config{NoSync: true, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	d := &fakeDaemon{account: "alice"}
+	s, err := New(Config{Daemon: d, Store: store, Token: testToken, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		method, path, body, key string
+		status, notified        int
+	}{
+		{"POST", "/v1/entities/note", `{"id":"n1","data":{}}`, "k1", 201, 1},
+		{"POST", "/v1/entities/note", `{"id":"n1","data":{}}`, "k1", 201, 1}, // replay
+		{"PATCH", "/v1/entities/note/n1", `{"data":{"a":1}}`, "", 200, 2},
+		{"DELETE", "/v1/entities/note/n1", "", "", 200, 3},
+		{"POST", "/v1/entities/note", `{"data":[]}`, "", 400, 3},
+	}
+	for _, st := range steps {
+		r := httptest.NewRequest(st.method, "http://127.0.0.1:7419"+st.path, strings.NewReader(st.body))
+		r.Header.Set("Authorization", "Bearer "+testToken)
+		if st.body != "" {
+			r.Header.Set("Content-Type", "application/json")
+		}
+		if st.key != "" {
+			r.Header.Set("Idempotency-Key", st.key)
+		}
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, r)
+		if w.Code != st.status || d.notified != st.notified {
+			t.Errorf("%s %s: status %d, notified %d; want %d, %d", st.method, st.path, w.Code, d.notified, st.status, st.notified)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -370,4 +371,64 @@ func TestMetricsHandler(t *testing.T) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
 	}
+}
+
+// A started daemon wakes for the earliest next_attempt_at by itself: no
+// Notify after the retry is scheduled.
+func TestWakesAtNextAttempt(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{realClock: true, cfg: Config{
+		Policy: transport.Policy{Backoff: transport.Backoff{Base: 20 * time.Millisecond, Max: 20 * time.Millisecond}},
+	}})
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if r.KeySeen == 1 {
+			return faultproxy.Action{Kind: faultproxy.Respond, Status: 503}
+		}
+		return faultproxy.Action{}
+	})
+	c := e.create("n1", `{"v":1}`)
+	if err := e.d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.events.wait(t, "retry then done", func(es []queue.Event) bool {
+		waited, done := false, false
+		for _, ev := range es {
+			if ev.OperationID == c.Operation.ID && ev.Type == queue.EventOperationState {
+				waited = waited || ev.State == queue.StateRetryWaiting
+				done = done || ev.State == queue.StateDone
+			}
+		}
+		return waited && done
+	})
+}
+
+// No more than Concurrency operations are being sent at once.
+func TestConcurrencyBound(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{realClock: true, cfg: Config{Concurrency: 3}})
+	hold := make(chan struct{})
+	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action { return faultproxy.Action{Kind: faultproxy.Hold, Hold: hold} })
+	for i := range 10 {
+		e.create("n"+strconv.Itoa(i), `{"v":1}`)
+	}
+	if err := e.d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.proxy.Wait(t.Context(), func(l []faultproxy.Entry) bool { return len(l) == 3 }); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := e.d.Status(t.Context())
+	if st.Counts[queue.StateSending] != 3 || st.Counts[queue.StatePending] != 7 {
+		t.Fatalf("counts %v with 3 sends held", st.Counts)
+	}
+	close(hold)
+	e.events.wait(t, "all done", func(es []queue.Event) bool {
+		n := 0
+		for _, ev := range es {
+			if ev.Type == queue.EventOperationState && ev.State == queue.StateDone {
+				n++
+			}
+		}
+		return n == 10
+	})
 }

@@ -33,6 +33,10 @@ var (
 	ErrNotPurgeable = errors.New("queue: account has unsynced operations")
 )
 
+// ErrInvalidCursor is returned by a listing whose After cursor is not one
+// it handed out.
+var ErrInvalidCursor = errors.New("queue: invalid list cursor")
+
 // Errors returned by the operation state machine.
 var (
 	// ErrOperationNotFound is returned for an unknown operation id.

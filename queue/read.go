@@ -92,7 +92,7 @@ func (s *Store) ListOperations(opts ListOptions) ([]Operation, error) {
 	if opts.After != "" {
 		n, err := strconv.ParseUint(opts.After, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("queue: list cursor %q is not a sequence number", opts.After)
+			return nil, fmt.Errorf("%w: list cursor %q is not a sequence number", ErrInvalidCursor, opts.After)
 		}
 		after = n
 	}

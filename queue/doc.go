@@ -12,12 +12,15 @@
 //
 // # Writes and group commit
 //
-// Every mutation goes through one committer goroutine that runs the
-// writes queued while the previous transaction was committing in one
-// transaction, so concurrent writers share an fsync and a lone writer
-// never waits for a timer (bbolt's DB.Batch waits up to MaxBatchDelay
-// before it commits, which made it slower than plain Update for a few
-// writers). When a method returns nil its change is on disk.
+// Every mutation is group-committed: the writes queued while the previous
+// transaction was committing run in one transaction, so concurrent
+// writers share an fsync, and a lone writer never waits for a timer
+// (bbolt's DB.Batch waits up to MaxBatchDelay before it commits, which
+// made it slower than plain Update for a few writers). The first writer
+// to arrive leads the transaction on its own goroutine and passes the
+// lead to the oldest writer still waiting, so there is no committer
+// goroutine to hand off to. When a method returns nil its change is on
+// disk. BenchmarkWritePath keeps the comparison.
 //
 // # Ordering
 //

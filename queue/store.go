@@ -68,11 +68,14 @@ type Store struct {
 	cfg  Config
 	path string
 
-	reqs     chan *commitReq
-	stop     chan struct{}
-	stopped  chan struct{}
-	closeMu  sync.Mutex
-	isClosed bool
+	// Group commit state (see update).
+	mu       sync.Mutex
+	pending  []*commitReq
+	leading  bool
+	arrived  chan struct{} // poked when a write queues behind a leader
+	closed   bool
+	inflight sync.WaitGroup
+	expect   int // writers that shared the last transaction; leader only
 }
 
 // Open opens or creates the data file at path. Operations a dead process
@@ -106,9 +109,8 @@ func Open(path string, cfg Config) (*Store, error) {
 		db:      db,
 		cfg:     cfg,
 		path:    path,
-		reqs:    make(chan *commitReq, cfg.MaxBatch),
-		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		arrived: make(chan struct{}, 1),
+		expect:  1,
 	}
 	var recovered int
 	err = db.Update(func(tx *bolt.Tx) error {
@@ -130,7 +132,6 @@ func Open(path string, cfg Config) (*Store, error) {
 	if recovered > 0 {
 		cfg.Logger.Info("queue: returned operations left sending by a previous process", "count", recovered)
 	}
-	go s.commitLoop()
 	return s, nil
 }
 
@@ -157,18 +158,17 @@ func (s *Store) Path() string { return s.path }
 // tools. Writing through it bypasses the queue's invariants.
 func (s *Store) DB() *bolt.DB { return s.db }
 
-// Close stops the committer, waiting for queued writes, and closes the
-// file. It is safe to call more than once.
+// Close waits for the writes already queued, refuses new ones with
+// ErrClosed, and closes the file. It is safe to call more than once.
 func (s *Store) Close() error {
-	s.closeMu.Lock()
-	if s.isClosed {
-		s.closeMu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		return nil
 	}
-	s.isClosed = true
-	close(s.stop)
-	s.closeMu.Unlock()
-	<-s.stopped
+	s.closed = true
+	s.mu.Unlock()
+	s.inflight.Wait()
 	return s.db.Close()
 }
 
@@ -182,16 +182,20 @@ func (s *Store) emit(events []Event) {
 
 // ---- group commit ----
 
-// commitReq is one write waiting for the committer.
+// commitReq is one write waiting for its transaction.
 type commitReq struct {
 	fn       func(*txw) error
-	done     chan error // buffered 1: the committer never blocks on it
+	done     chan error // buffered 1: whoever answers never blocks
 	answered bool
 	// refused holds the error of a write that failed before writing; it
 	// is answered once the transaction has ended, so no caller runs
 	// while the batch still commits.
 	refused error
 }
+
+// errBaton is sent instead of an answer to the writer that is to lead
+// the next transaction.
+var errBaton = errors.New("queue: lead the next commit")
 
 func (r *commitReq) answer(err error) {
 	r.done <- err
@@ -203,74 +207,92 @@ func (r *commitReq) answer(err error) {
 // concurrent writers share one fsync and a lone writer never waits for a
 // timer. fn may run more than once (when another write in its batch fails
 // after writing), so it must compute everything from the transaction.
+//
+// There is no committer goroutine: the first writer to arrive leads, runs
+// the transaction on its own goroutine, and hands the lead to the oldest
+// writer still queued when it is done. A lone writer therefore commits
+// with no hand-off at all, and no goroutine outlives a write.
 func (s *Store) update(ctx context.Context, fn func(*txw) error) error {
-	req := &commitReq{fn: fn, done: make(chan error, 1)}
-	select {
-	case s.reqs <- req:
-	case <-s.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
 	}
+	req := &commitReq{fn: fn, done: make(chan error, 1)}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	s.pending = append(s.pending, req)
+	lead := !s.leading
+	if lead {
+		s.leading = true
+	} else {
+		select {
+		case s.arrived <- struct{}{}:
+		default:
+		}
+	}
+	s.mu.Unlock()
 	// Once queued, the write is committed or refused as a whole; waiting
 	// for it even if ctx ends keeps "a 2xx means durable" true for the
 	// caller who does wait.
-	return <-req.done
+	for {
+		if lead {
+			s.lead()
+		}
+		err := <-req.done
+		if err != errBaton {
+			return err
+		}
+		lead = true
+	}
 }
 
-// commitLoop is the committer. Each transaction takes every write that
-// queued while the previous one committed. Writers that are answered
-// together come back together, a few microseconds apart; so when the
-// previous transaction was shared by k writers, the committer waits (at
-// most BatchWait) for k before committing, instead of committing the
-// first alone and the rest after it. A lone writer (k = 1) never waits.
-func (s *Store) commitLoop() {
-	defer close(s.stopped)
-	batch := make([]*commitReq, 0, s.cfg.MaxBatch)
-	expect := 1
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for {
-		batch = batch[:0]
-		select {
-		case r := <-s.reqs:
-			batch = append(batch, r)
-		case <-s.stop:
-			// Drain what was queued before Close.
-			for {
-				select {
-				case r := <-s.reqs:
-					s.commit([]*commitReq{r})
-				default:
-					return
-				}
-			}
-		}
-	fill:
-		for len(batch) < s.cfg.MaxBatch {
+// lead commits one batch from the front of the queue (which holds the
+// leader's own write) and passes the lead on. Writers that are answered
+// together come back together, microseconds apart; so when the previous
+// transaction was shared by k writers, the leader waits (at most
+// BatchWait) for k before committing, instead of committing the first
+// alone and the rest after it. A lone writer (k = 1) never waits.
+func (s *Store) lead() {
+	s.mu.Lock()
+	batch := s.take(nil)
+	s.mu.Unlock()
+	if len(batch) < s.expect {
+		timer := time.NewTimer(s.cfg.BatchWait)
+	wait:
+		for len(batch) < s.expect {
 			select {
-			case r := <-s.reqs:
-				batch = append(batch, r)
-			default:
-				break fill
+			case <-s.arrived:
+				s.mu.Lock()
+				batch = s.take(batch)
+				s.mu.Unlock()
+			case <-timer.C:
+				break wait
 			}
 		}
-		if len(batch) < expect {
-			timer.Reset(s.cfg.BatchWait)
-		wait:
-			for len(batch) < expect {
-				select {
-				case r := <-s.reqs:
-					batch = append(batch, r)
-				case <-timer.C:
-					break wait
-				}
-			}
-			timer.Stop()
-		}
-		expect = len(batch)
-		s.commit(batch)
+		timer.Stop()
 	}
+	s.expect = len(batch)
+	s.commit(batch)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		s.leading = false
+		return
+	}
+	s.pending[0].done <- errBaton
+}
+
+// take moves up to MaxBatch queued writes into batch. s.mu is held.
+func (s *Store) take(batch []*commitReq) []*commitReq {
+	n := min(len(s.pending), s.cfg.MaxBatch-len(batch))
+	batch = append(batch, s.pending[:n]...)
+	s.pending = append(s.pending[:0:0], s.pending[n:]...)
+	return batch
 }
 
 // commit runs a batch in one transaction. A write that fails before it

@@ -321,3 +321,37 @@ func TestFailureLogoutWhileWorkerRuns(t *testing.T) {
 		}
 	})
 }
+
+// Row "server committed, response lost", by timeout: the request is slow
+// to reach the server, the transport gives up, the server commits later;
+// the resend is answered from the idempotency record. One record.
+func TestFailureTimeoutThenReplay(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{tcfg: transport.Config{Timeout: 100 * time.Millisecond}})
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if r.KeySeen == 1 {
+			return faultproxy.Action{Kind: faultproxy.Delay, Delay: 300 * time.Millisecond}
+		}
+		return faultproxy.Action{}
+	})
+	c := e.create("n1", `{"v":1}`)
+	e.drain()
+	op := e.wantState(c.Operation.ID, queue.StateRetryWaiting)
+	if op.LastErrorCode != transport.CodeTimeout {
+		t.Fatalf("code %q, want timeout", op.LastErrorCode)
+	}
+	// The delayed request reaches the server after the client gave up.
+	if err := e.proxy.Wait(t.Context(), func(l []faultproxy.Entry) bool { return faultproxy.Count(l, forwardedKey(op.ID)) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(op.NextAttemptAt.Sub(e.clock.Now()))
+	e.drain()
+	e.wantState(op.ID, queue.StateDone)
+	rec := e.oneRecord("n1")
+	if ent := e.entity("n1"); ent.ServerID != rec.ID {
+		t.Errorf("entity server id %q, record %q", ent.ServerID, rec.ID)
+	}
+	if n := counter(t, e.remote.Registry(), "idempotency_replays_total", "operation", "create"); n != 1 {
+		t.Errorf("replays %v, want 1", n)
+	}
+}

@@ -36,9 +36,11 @@ const (
 	// Respond answers Status (with Retry-After if set) without
 	// forwarding.
 	Respond
-	// Delay waits Action.Delay, then forwards.
+	// Delay waits Action.Delay, then forwards, even if the client gave
+	// up meanwhile: the request was already on its way.
 	Delay
-	// Hold waits until Action.Hold is closed, then forwards.
+	// Hold waits until Action.Hold is closed, then forwards, even if
+	// the client gave up meanwhile.
 	Hold
 )
 
@@ -251,8 +253,6 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-p.done:
 			reset(w)
-			return
-		case <-r.Context().Done():
 			return
 		}
 	case Hold:

@@ -42,7 +42,10 @@ const (
 	CodeIllegalTransition    = "illegal_transition"     // 409: retry/discard of an operation not failed
 	CodeNotPurgeable         = "not_purgeable"          // 409: purge refused, unsynced operations
 	CodeKeyReused            = "idempotency_key_reused" // 422: Idempotency-Key used for another request
+	CodeUpgradeRequired      = "upgrade_required"       // 426: GET /v1/events without a WebSocket handshake
 	CodeInternal             = "internal"               // 500
+	CodeShuttingDown         = "shutting_down"          // 503: syncd is stopping; no new event streams
+	CodeTooManySubscribers   = "too_many_subscribers"   // 503: the event stream's subscriber limit is reached
 )
 
 // errorBody is the JSON shape of every error answer.

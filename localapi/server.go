@@ -87,6 +87,16 @@ type Config struct {
 	Metrics http.Handler
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+
+	// Bus is the event bus behind GET /v1/events (*daemon.Bus). Nil:
+	// the route answers 404 not_found.
+	Bus Bus
+	// PingInterval is how often event subscribers are pinged (default
+	// DefaultPingInterval); one silent for twice as long is dropped.
+	PingInterval time.Duration
+	// EventWriteTimeout bounds one write to an event subscriber (default
+	// DefaultEventWriteTimeout).
+	EventWriteTimeout time.Duration
 }
 
 // Server is the loopback API of one daemon.
@@ -109,6 +119,11 @@ type Server struct {
 	altTokenPaths map[string]bool
 
 	hijacked hijackedConns
+
+	bus               Bus
+	ws                wsSessions
+	pingInterval      time.Duration
+	eventWriteTimeout time.Duration
 
 	runMu   sync.Mutex
 	running bool
@@ -140,6 +155,14 @@ func New(cfg Config) (*Server, error) {
 		maxBody:       cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
 		logger:        cmp.Or(cfg.Logger, slog.Default()),
 		altTokenPaths: make(map[string]bool),
+
+		bus:               cfg.Bus,
+		ws:                newWSSessions(),
+		pingInterval:      cmp.Or(cfg.PingInterval, DefaultPingInterval),
+		eventWriteTimeout: cmp.Or(cfg.EventWriteTimeout, DefaultEventWriteTimeout),
+	}
+	if s.pingInterval < 0 || s.eventWriteTimeout < 0 {
+		return nil, errors.New("localapi: Config.PingInterval and EventWriteTimeout must not be negative")
 	}
 	s.metrics = cfg.Metrics
 	if s.metrics == nil {
@@ -185,6 +208,10 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/operations/{id}/retry", s.retryOperation)
 	mux.HandleFunc("POST /v1/operations/{id}/discard", s.discardOperation)
 
+	mux.HandleFunc("GET "+eventsPath, s.events)
+	s.altTokenPaths[eventsPath] = true
+	mux.HandleFunc("GET "+openAPIPath, s.openAPI)
+
 	if s.metrics != nil {
 		mux.Handle("GET /metrics", s.metrics)
 	}
@@ -195,9 +222,11 @@ func (s *Server) routes() *http.ServeMux {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Run serves the API on ln until ctx ends, then closes the listener,
-// waits up to DefaultShutdownTimeout for requests in flight and closes
-// hijacked connections (WebSockets), which http.Server.Shutdown does not
-// wait for. It returns nil after a shutdown caused by ctx.
+// waits up to DefaultShutdownTimeout for requests in flight, sends every
+// event subscriber a 1001 going-away close frame, closes the hijacked
+// connections (WebSockets) that remain, which http.Server.Shutdown does
+// not wait for, and waits for their handlers. It returns nil after a
+// shutdown caused by ctx.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	s.runMu.Lock()
 	if s.running {
@@ -223,20 +252,29 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 
 	select {
 	case err := <-served:
-		s.hijacked.closeAll()
+		s.closeStreams()
 		return fmt.Errorf("localapi: serve: %w", err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultShutdownTimeout)
 	defer cancel()
 	err := hs.Shutdown(sctx) // closes ln
-	s.hijacked.closeAll()
+	s.closeStreams()
 	if err != nil {
 		s.logger.Warn("localapi: requests still running at shutdown; closing them", "err", err)
 		hs.Close()
 	}
 	<-served // http.ErrServerClosed
 	return nil
+}
+
+// closeStreams ends the event streams: a going-away close frame to each
+// (they get closeGrace to answer it), then every hijacked connection
+// still open is closed, and their handlers are waited for.
+func (s *Server) closeStreams() {
+	s.ws.shutdown(2 * closeGrace)
+	s.hijacked.closeAll()
+	s.ws.wait()
 }
 
 // hijackedConns tracks connections taken over from the HTTP server

@@ -77,11 +77,19 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // runDaemon is the daemon: it runs until ctx ends.
 func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger *slog.Logger) error {
+	// Every committed change goes to the event bus (GET /v1/events) and
+	// marks the queue totals as possibly changed.
+	bus := daemon.NewBus(daemon.BusConfig{})
+	totals := daemon.NewTotals(daemon.TotalsConfig{Logger: logger})
 	store, err := queue.Open(filepath.Join(rc.DataDir, dataFileName), queue.Config{
 		Logger:        logger,
 		LockTimeout:   rc.LockTimeout,
 		MaxDataBytes:  rc.MaxDataBytes,
 		DoneRetention: rc.DoneRetention,
+		OnCommit: func(events []queue.Event) {
+			bus.Publish(events)
+			totals.Observe(events)
+		},
 	})
 	if errors.Is(err, queue.ErrLocked) {
 		return fmt.Errorf("another syncd is already running on %s", rc.DataDir)
@@ -90,6 +98,15 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 		return fmt.Errorf("run: %w", err)
 	}
 	defer store.Close()
+	defer bus.Close()
+	if err := bus.SetSource(store); err != nil {
+		return fmt.Errorf("run: event bus: %w", err)
+	}
+	if err := totals.SetStore(store); err != nil {
+		return fmt.Errorf("run: queue totals: %w", err)
+	}
+	totals.Start(context.WithoutCancel(ctx))
+	defer totals.Stop()
 	remoteURL := rc.Remote
 	if remoteURL == "" {
 		url, path, stopRemote, err := startEmbeddedRemote(ctx, rc.DataDir, logger)
@@ -132,6 +149,7 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 		EntityTypes:    rc.EntityTypes,
 		MaxBodyBytes:   rc.MaxBodyBytes,
 		Logger:         logger,
+		Bus:            bus,
 	}
 	if rc.ForceListen {
 		// Requests to a forced address carry its host name in Host.
@@ -152,7 +170,9 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 	if err := srv.Run(ctx, ln); err != nil {
 		return err
 	}
+	bus.Close() // the API has stopped: no subscriber is left
 	stopDaemon()
+	totals.Stop()
 	if err := store.Close(); err != nil {
 		return fmt.Errorf("run: close queue: %w", err)
 	}

@@ -1,0 +1,319 @@
+package localapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/syncd/syncd/daemon"
+	"github.com/syncd/syncd/queue"
+)
+
+// Keepalive and limits of the event stream.
+const (
+	// DefaultPingInterval is how often the server pings a subscriber. A
+	// subscriber that answers neither a ping nor anything else for
+	// pongWaitFactor intervals is dropped.
+	DefaultPingInterval = 30 * time.Second
+	// DefaultEventWriteTimeout bounds one write to a subscriber's
+	// socket. A subscriber whose socket stays full that long is dropped
+	// without a close frame (it is not reading anyway).
+	DefaultEventWriteTimeout = 10 * time.Second
+	// pongWaitFactor times the ping interval is how long a subscriber
+	// may stay silent.
+	pongWaitFactor = 2
+	// closeGrace is how long the server waits for the subscriber to
+	// answer its close frame before it closes the connection.
+	closeGrace = time.Second
+	// wsProtocol is the subprotocol the server speaks. A browser that
+	// passes its token as a "syncd.token.<token>" subprotocol must also
+	// offer this one, which the server selects (a browser fails a
+	// handshake whose answer names none of the offered protocols).
+	wsProtocol = "syncd.v1"
+	// eventsPath is the one path whose GETs may carry the token as
+	// ?token= or a subprotocol.
+	eventsPath = "/v1/events"
+	// maxEventTypes bounds the type filter's list.
+	maxEventTypes = 32
+)
+
+// Close codes sent to subscribers. Clients switch on the code; the
+// reason text is for people.
+const (
+	// CloseSlowSubscriber (1008, policy violation): the subscriber fell
+	// more than its buffer behind and events were dropped for it;
+	// reconnect with since = the last seq read.
+	CloseSlowSubscriber = websocket.ClosePolicyViolation
+	// CloseGoingAway (1001): syncd is shutting down; reconnect with
+	// since = the last seq read once it is back.
+	CloseGoingAway = websocket.CloseGoingAway
+)
+
+// Close reasons, the text of the close frames.
+const (
+	reasonSlow     = "slow_subscriber: fell too far behind, events dropped; reconnect with since=<last seq read>"
+	reasonShutdown = "shutting_down: syncd is stopping; reconnect with since=<last seq read>"
+)
+
+// Bus is what the events endpoint needs from the event bus. *daemon.Bus
+// satisfies it.
+type Bus interface {
+	Subscribe(since uint64, f daemon.Filter) (*daemon.Subscription, error)
+	// LastSeq is the newest seq published: a subscription without
+	// ?since= starts after it (live events only).
+	LastSeq() uint64
+}
+
+// wsSessions tracks the event streams so that shutdown can close each
+// with a going-away frame and wait for its handler, which
+// http.Server.Shutdown does not do for hijacked connections.
+type wsSessions struct {
+	mu      sync.Mutex
+	closing chan struct{} // closed when shutdown begins
+	down    bool
+	wg      sync.WaitGroup // one per stream whose handler has not returned
+}
+
+func newWSSessions() wsSessions { return wsSessions{closing: make(chan struct{})} }
+
+// add registers a stream; false once shutdown has begun.
+func (w *wsSessions) add() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.down {
+		return false
+	}
+	w.wg.Add(1)
+	return true
+}
+
+func (w *wsSessions) done() { w.wg.Done() }
+
+// shutdown tells every stream to close with going-away (new ones are
+// refused) and waits up to grace for them to finish. It reports whether
+// they all did.
+func (w *wsSessions) shutdown(grace time.Duration) bool {
+	w.mu.Lock()
+	if !w.down {
+		w.down = true
+		close(w.closing)
+	}
+	w.mu.Unlock()
+	finished := make(chan struct{})
+	go func() {
+		w.wg.Wait()
+		close(finished)
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-finished:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// wait waits for every stream's handler to return.
+func (w *wsSessions) wait() { w.wg.Wait() }
+
+// GET /v1/events?since=N&type=T,...&entityType=E&account=A (WebSocket).
+//
+// Without since the stream starts with the next event; with since=N it
+// replays the retained events after N first (or sends one resync event
+// when N is older than the history), then streams live.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	q, err := query(r, "since", "type", "entityType", "account", "token")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	f, err := eventFilter(q.Get("type"), q.Get("entityType"), q.Get("account"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !websocket.IsWebSocketUpgrade(r) {
+		w.Header().Set("Upgrade", "websocket")
+		s.fail(w, r, &apiError{http.StatusUpgradeRequired, CodeUpgradeRequired, "GET /v1/events is a WebSocket endpoint: send a WebSocket handshake (Connection: Upgrade, Upgrade: websocket)"})
+		return
+	}
+	if offered := websocket.Subprotocols(r); len(offered) > 0 && !slices.Contains(offered, wsProtocol) {
+		s.fail(w, r, badRequest(CodeInvalidRequest, "Sec-WebSocket-Protocol: offer "+wsProtocol+" (with "+wsTokenProtocolPrefix+"<token> to pass the token)"))
+		return
+	}
+	if s.bus == nil {
+		s.fail(w, r, &apiError{http.StatusNotFound, CodeNotFound, "this daemon has no event stream"})
+		return
+	}
+	since := s.bus.LastSeq()
+	if v := q.Get("since"); v != "" {
+		if since, err = strconv.ParseUint(v, 10, 64); err != nil {
+			s.fail(w, r, badRequest(CodeInvalidRequest, fmt.Sprintf("since must be an event seq (a non-negative integer), got %q", v)))
+			return
+		}
+	}
+	if !s.ws.add() {
+		s.fail(w, r, &apiError{http.StatusServiceUnavailable, CodeShuttingDown, "syncd is shutting down"})
+		return
+	}
+	defer s.ws.done()
+	sub, err := s.bus.Subscribe(since, f)
+	switch {
+	case errors.Is(err, daemon.ErrTooManySubscribers):
+		s.fail(w, r, &apiError{http.StatusServiceUnavailable, CodeTooManySubscribers, err.Error() + "; try again later"})
+		return
+	case errors.Is(err, daemon.ErrBusClosed):
+		s.fail(w, r, &apiError{http.StatusServiceUnavailable, CodeShuttingDown, "syncd is shutting down"})
+		return
+	case err != nil:
+		s.fail(w, r, err)
+		return
+	}
+	defer sub.Close()
+	up := websocket.Upgrader{
+		// The guard has checked Origin against the allowlist already.
+		CheckOrigin:  func(*http.Request) bool { return true },
+		Subprotocols: []string{wsProtocol},
+		Error: func(w http.ResponseWriter, _ *http.Request, status int, reason error) {
+			writeError(w, status, CodeInvalidRequest, reason.Error())
+		},
+	}
+	conn, err := up.Upgrade(w, r, nil)
+	if err != nil {
+		return // Upgrade has answered
+	}
+	// The hijacked connection was registered with s.hijacked (ConnState)
+	// during Upgrade; it is closed here, so it is forgotten here too.
+	defer s.hijacked.forget(conn.NetConn())
+	defer conn.Close()
+	s.stream(conn, sub)
+}
+
+// eventFilter parses the filter parameters.
+func eventFilter(types, entityType, account string) (daemon.Filter, error) {
+	var f daemon.Filter
+	if types != "" {
+		for t := range strings.SplitSeq(types, ",") {
+			t = strings.TrimSpace(t)
+			if t == "" || len(t) > 64 || strings.ContainsFunc(t, func(r rune) bool { return r <= ' ' || r > '~' }) {
+				return f, badRequest(CodeInvalidRequest, fmt.Sprintf("type must be a comma-separated list of event types or prefixes ending in '.', got %q", types))
+			}
+			f.Types = append(f.Types, t)
+		}
+		if len(f.Types) > maxEventTypes {
+			return f, badRequest(CodeInvalidRequest, fmt.Sprintf("type lists more than %d event types", maxEventTypes))
+		}
+	}
+	if entityType != "" {
+		if queue.ValidateEntityType(entityType) != nil {
+			return f, badRequest(CodeInvalidRequest, fmt.Sprintf("entityType %q is not a valid entity type", entityType))
+		}
+		f.EntityType = entityType
+	}
+	if account != "" {
+		if queue.ValidateAccountID(account) != nil {
+			return f, badRequest(CodeInvalidRequest, "account: "+idProblem(queue.MaxAccountIDLen))
+		}
+		f.AccountID = account
+	}
+	return f, nil
+}
+
+// stream writes the subscription to conn until one side ends it. This
+// goroutine is the only writer of data frames; a reader goroutine
+// answers pings, takes pongs and notices the subscriber's close.
+func (s *Server) stream(conn *websocket.Conn, sub *daemon.Subscription) {
+	pongWait := pongWaitFactor * s.pingInterval
+	readerDone := make(chan struct{})
+	conn.SetReadLimit(4 << 10) // subscribers send nothing but control frames
+	conn.SetReadDeadline(time.Now().Add(pongWait))
+	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(pongWait)) })
+	go func() {
+		defer close(readerDone)
+		for {
+			if _, _, err := conn.NextReader(); err != nil {
+				return
+			}
+			conn.SetReadDeadline(time.Now().Add(pongWait))
+		}
+	}()
+	// The reader ends when the connection closes (the handler's defer);
+	// wait for it so no goroutine outlives the stream.
+	defer func() {
+		conn.Close()
+		<-readerDone
+	}()
+
+	send := func(e queue.Event) bool {
+		if e.Time.IsZero() {
+			e.Time = time.Now().UTC() // resync events are made, not read from the log
+		}
+		conn.SetWriteDeadline(time.Now().Add(s.eventWriteTimeout))
+		return conn.WriteJSON(e) == nil
+	}
+	closeWith := func(code int, reason string) {
+		if conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(closeGrace)) != nil {
+			return
+		}
+		t := time.NewTimer(closeGrace) // for the subscriber's answering close frame
+		defer t.Stop()
+		select {
+		case <-readerDone:
+		case <-t.C:
+		}
+	}
+	ended := func() bool {
+		switch err := sub.Err(); {
+		case err == nil:
+			return false
+		case errors.Is(err, daemon.ErrSlowSubscriber):
+			closeWith(CloseSlowSubscriber, reasonSlow)
+		default: // the bus closed: syncd is stopping
+			closeWith(CloseGoingAway, reasonShutdown)
+		}
+		return true
+	}
+
+	for len(sub.Replay) > 0 {
+		e := sub.Replay[0]
+		sub.Replay = sub.Replay[1:]
+		if sub.Accept(e) && !send(e) {
+			return
+		}
+	}
+	ticker := time.NewTicker(s.pingInterval)
+	defer ticker.Stop()
+	for {
+		// A subscriber cut off by the bus learns it at once, not after
+		// the events still buffered for it.
+		if ended() {
+			return
+		}
+		select {
+		case e, ok := <-sub.C():
+			if !ok {
+				ended()
+				return
+			}
+			if sub.Accept(e) && !send(e) {
+				return
+			}
+		case <-ticker.C:
+			if conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.eventWriteTimeout)) != nil {
+				return
+			}
+		case <-s.ws.closing:
+			closeWith(CloseGoingAway, reasonShutdown)
+			return
+		case <-readerDone:
+			return // the subscriber closed, or went silent past pongWait
+		}
+	}
+}

@@ -3,6 +3,7 @@ package localapi
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -25,6 +26,12 @@ const (
 	// socket. A subscriber whose socket stays full that long is dropped
 	// without a close frame (it is not reading anyway).
 	DefaultEventWriteTimeout = 10 * time.Second
+	// DefaultEventSocketBuffer is the kernel send buffer of a
+	// subscriber's connection. Fixing it (instead of letting the kernel
+	// grow it to megabytes) makes the backlog a subscriber may leave
+	// behind bounded and small: this buffer, plus the bus's per-subscriber
+	// buffer of events; past both the subscriber is cut off.
+	DefaultEventSocketBuffer = 64 << 10
 	// pongWaitFactor times the ping interval is how long a subscriber
 	// may stay silent.
 	pongWaitFactor = 2
@@ -193,6 +200,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	// during Upgrade; it is closed here, so it is forgotten here too.
 	defer s.hijacked.forget(conn.NetConn())
 	defer conn.Close()
+	if tc, ok := conn.NetConn().(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(s.eventSocketBuffer)
+	}
 	s.stream(conn, sub)
 }
 

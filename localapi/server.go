@@ -97,6 +97,9 @@ type Config struct {
 	// EventWriteTimeout bounds one write to an event subscriber (default
 	// DefaultEventWriteTimeout).
 	EventWriteTimeout time.Duration
+	// EventSocketBuffer is the kernel send buffer of each subscriber's
+	// connection in bytes (default DefaultEventSocketBuffer).
+	EventSocketBuffer int
 }
 
 // Server is the loopback API of one daemon.
@@ -124,6 +127,7 @@ type Server struct {
 	ws                wsSessions
 	pingInterval      time.Duration
 	eventWriteTimeout time.Duration
+	eventSocketBuffer int
 
 	runMu   sync.Mutex
 	running bool
@@ -160,9 +164,10 @@ func New(cfg Config) (*Server, error) {
 		ws:                newWSSessions(),
 		pingInterval:      cmp.Or(cfg.PingInterval, DefaultPingInterval),
 		eventWriteTimeout: cmp.Or(cfg.EventWriteTimeout, DefaultEventWriteTimeout),
+		eventSocketBuffer: cmp.Or(cfg.EventSocketBuffer, DefaultEventSocketBuffer),
 	}
-	if s.pingInterval < 0 || s.eventWriteTimeout < 0 {
-		return nil, errors.New("localapi: Config.PingInterval and EventWriteTimeout must not be negative")
+	if s.pingInterval < 0 || s.eventWriteTimeout < 0 || s.eventSocketBuffer < 0 {
+		return nil, errors.New("localapi: Config.PingInterval, EventWriteTimeout and EventSocketBuffer must not be negative")
 	}
 	s.metrics = cfg.Metrics
 	if s.metrics == nil {

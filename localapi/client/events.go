@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,12 +38,17 @@ const EventResync = "resync"
 // SubscribeOptions selects events.
 type SubscribeOptions struct {
 	// Since resumes after this seq; 0 starts from the oldest kept event.
+	// To start from now, pass Status().LastEventSeq (read the state you
+	// show first, then subscribe after that seq: nothing falls between).
 	Since uint64
 	// Types are event types or prefixes ending in "." ("entity.").
-	Types      []string
+	Types []string
+	// EntityType and AccountID, when set, select events of that entity
+	// type or account only.
 	EntityType string
-	// Reconnect bounds the wait between reconnection attempts (jittered
-	// exponential from 100ms). Default 5s.
+	AccountID  string
+	// MaxReconnectDelay bounds the wait between reconnection attempts
+	// (jittered exponential from 100ms). Default 5s.
 	MaxReconnectDelay time.Duration
 }
 
@@ -81,11 +87,14 @@ func (s *Subscription) dial(ctx context.Context) (*websocket.Conn, error) {
 	s.mu.Lock()
 	q.Set("since", strconv.FormatUint(s.last, 10))
 	s.mu.Unlock()
-	for _, t := range s.opts.Types {
-		q.Add("type", t)
+	if len(s.opts.Types) > 0 {
+		q.Set("type", strings.Join(s.opts.Types, ","))
 	}
 	if s.opts.EntityType != "" {
 		q.Set("entityType", s.opts.EntityType)
+	}
+	if s.opts.AccountID != "" {
+		q.Set("account", s.opts.AccountID)
 	}
 	u := "ws://" + s.c.addr + "/v1/events?" + q.Encode()
 	h := http.Header{"Authorization": {"Bearer " + s.c.token}}

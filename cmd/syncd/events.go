@@ -22,7 +22,7 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		count  int
 	)
 	cf, fs, err := parseClientFlags("events", args, stderr, "events [--since N] [--type T,...] [--entity-type E] [--json] [--count N]", func(fs *flag.FlagSet) {
-		fs.Uint64Var(&since, "since", 0, "resume after this event seq (0: the oldest kept)")
+		fs.Uint64Var(&since, "since", 0, "replay the kept events after this seq first (0: all kept); default: only new events")
 		fs.BoolVar(&asJSON, "json", false, "one JSON object per line, for scripts")
 		fs.StringVar(&types, "type", "", "comma-separated event types or prefixes (entity., operation., session.)")
 		fs.StringVar(&etype, "entity-type", "", "only events of this entity type")
@@ -37,6 +37,15 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	c, err := cf.client()
 	if err != nil {
 		return err
+	}
+	sinceSet := false
+	fs.Visit(func(f *flag.Flag) { sinceSet = sinceSet || f.Name == "since" })
+	if !sinceSet {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return apiErr(err)
+		}
+		since = st.LastEventSeq
 	}
 	opts := client.SubscribeOptions{Since: since, EntityType: etype}
 	if types != "" {

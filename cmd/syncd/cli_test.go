@@ -1,0 +1,272 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncd/syncd/localapi/localapitest"
+	"github.com/syncd/syncd/queue"
+)
+
+// cliEnv is a real local API and a token file for the client commands.
+type cliEnv struct {
+	*localapitest.Env
+	t         *testing.T
+	tokenFile string
+}
+
+func startCLI(t *testing.T, o localapitest.Options) *cliEnv {
+	t.Helper()
+	e := localapitest.Start(t, o)
+	tf := filepath.Join(t.TempDir(), "api-token")
+	if err := os.WriteFile(tf, []byte(localapitest.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &cliEnv{Env: e, t: t, tokenFile: tf}
+}
+
+// exitStatus is the code main exits with for err.
+func exitStatus(err error) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	}
+	return exitCode(err)
+}
+
+// syncd runs one client command in-process against the env and returns
+// its stdout, stderr and exit code.
+func (c *cliEnv) syncd(args ...string) (stdout, stderr string, code int) {
+	c.t.Helper()
+	// The flags go after the subcommand (and after ops' verb).
+	at := 1
+	if args[0] == "ops" && len(args) > 1 {
+		at = 2
+	}
+	full := append(append(append([]string{}, args[:at]...), "--addr", c.Addr, "--token-file", c.tokenFile), args[at:]...)
+	var out, errOut bytes.Buffer
+	err := run(full, &out, &errOut)
+	if err != nil {
+		errOut.WriteString("syncd: " + err.Error() + "\n")
+	}
+	return out.String(), errOut.String(), exitStatus(err)
+}
+
+func (c *cliEnv) must(args ...string) string {
+	c.t.Helper()
+	out, errOut, code := c.syncd(args...)
+	if code != 0 {
+		c.t.Fatalf("syncd %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+func (c *cliEnv) write(id string) queue.Result {
+	c.t.Helper()
+	res, err := c.Store.Apply(context.Background(), queue.Write{Op: queue.OpCreate, AccountID: "alice", EntityType: "note", EntityID: id, Data: json.RawMessage(`{"title":"x"}`)})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return res
+}
+
+// fail fails the next ready operation as a worker would after a 400.
+func (c *cliEnv) fail() string {
+	c.t.Helper()
+	ctx := context.Background()
+	op, err := c.Store.Claim(ctx, "alice", "test-worker", time.Minute)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := c.Store.Fail(ctx, op.ID, "test-worker", "validation", "title is required"); err != nil {
+		c.t.Fatal(err)
+	}
+	return op.ID
+}
+
+func contains(t *testing.T, what, out string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("%s: output lacks %q:\n%s", what, w, out)
+		}
+	}
+}
+
+func TestCLIStatus(t *testing.T) {
+	t.Parallel()
+	c := startCLI(t, localapitest.Options{})
+	out := c.must("status")
+	contains(t, "signed out", out, "account:        signed out", "sending:        paused (signed_out)", "queue:          pending 0,", "oldest unsent:  none")
+
+	if err := c.Daemon.SetSession(context.Background(), "alice", "alice.1"); err != nil {
+		t.Fatal(err)
+	}
+	c.write("n1")
+	c.write("n2")
+	failed := c.fail()
+	out = c.must("status")
+	contains(t, "with a failed op", out, "account:        alice", "sending:        offline (will retry)",
+		"queue:          pending 1, sending 0, retry_waiting 0, permanent_failed 1, done 0",
+		"needs your attention (1 failed):", failed, "validation", "title is required", "syncd ops retry ID")
+
+	var st struct {
+		AccountID string         `json:"accountId"`
+		Counts    map[string]int `json:"counts"`
+		Failed    []struct {
+			ID string `json:"id"`
+		} `json:"failed"`
+		LastEventSeq uint64 `json:"lastEventSeq"`
+	}
+	if err := json.Unmarshal([]byte(c.must("status", "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.AccountID != "alice" || st.Counts["pending"] != 1 || len(st.Failed) != 1 || st.Failed[0].ID != failed || st.LastEventSeq == 0 {
+		t.Errorf("status --json: %+v", st)
+	}
+}
+
+func TestCLIOps(t *testing.T) {
+	t.Parallel()
+	c := startCLI(t, localapitest.Options{Account: "alice"})
+	c.write("n1")
+	c.write("n2")
+	id := c.fail()
+
+	out := c.must("ops", "list")
+	contains(t, "ops list", out, "ID", "STATE", "ATTEMPTS", id, "permanent_failed", "create  note/n", "validation")
+	if n := strings.Count(out, "\n"); n != 3 {
+		t.Errorf("ops list: %d lines, want a header and 2 rows:\n%s", n, out)
+	}
+	out = c.must("ops", "list", "--state", "pending")
+	if strings.Contains(out, id) || strings.Count(out, "\n") != 2 {
+		t.Errorf("ops list --state pending:\n%s", out)
+	}
+	var page struct {
+		Items []struct{ ID, State string }
+	}
+	if err := json.Unmarshal([]byte(c.must("ops", "list", "--json", "--state", "permanent_failed")), &page); err != nil || len(page.Items) != 1 || page.Items[0].ID != id {
+		t.Errorf("ops list --json: %+v, %v", page, err)
+	}
+	var op struct{ ID, State, LastErrorCode string }
+	if err := json.Unmarshal([]byte(c.must("ops", "show", id)), &op); err != nil || op.ID != id || op.State != "permanent_failed" || op.LastErrorCode != "validation" {
+		t.Errorf("ops show: %+v, %v", op, err)
+	}
+
+	contains(t, "ops retry", c.must("ops", "retry", id), "operation "+id+" is pending again")
+	_, errOut, code := c.syncd("ops", "retry", id)
+	if code != exitFailure || !strings.Contains(errOut, "illegal_transition") {
+		t.Errorf("retry of a pending op: exit %d: %s", code, errOut)
+	}
+	id = c.fail()
+	contains(t, "ops discard", c.must("ops", "discard", id), "operation "+id+" discarded")
+	for _, args := range [][]string{{"ops", "show", id}, {"ops", "retry", id}, {"ops", "discard", id}} {
+		if _, errOut, code := c.syncd(args...); code != exitNotFound || !strings.Contains(errOut, "not_found") {
+			t.Errorf("%v of a gone op: exit %d: %s", args, code, errOut)
+		}
+	}
+}
+
+func TestCLIEvents(t *testing.T) {
+	t.Parallel()
+	c := startCLI(t, localapitest.Options{Account: "alice"})
+	c.write("n1") // seqs 2, 3 (1: session)
+
+	out := c.must("events", "--since", "0", "--count", "3")
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("events: %d lines:\n%s", len(lines), out)
+	}
+	contains(t, "events", lines[0], "     1  ", "session.changed", "account=alice", `{"accountId":"alice"}`)
+	contains(t, "events", lines[1], "     2  ", "entity.changed", "note/n1", "pending")
+	contains(t, "events", lines[2], "     3  ", "operation.state", "note/n1", "pending op=")
+
+	out = c.must("events", "--since", "1", "--count", "2", "--json", "--type", "entity.,operation.")
+	var evs []map[string]any
+	for l := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		var ev map[string]any
+		if err := json.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("events --json line %q: %v", l, err)
+		}
+		evs = append(evs, ev)
+	}
+	if len(evs) != 2 || evs[0]["seq"] != 2.0 || evs[1]["type"] != "operation.state" || evs[1]["entityId"] != "n1" {
+		t.Errorf("events --json: %v", evs)
+	}
+
+	// Without --since: only what happens from now on.
+	done := make(chan string)
+	go func() {
+		out, _, _ := c.syncd("events", "--count", "1")
+		done <- out
+	}()
+	// The command subscribes after the status's last seq. Write tasks
+	// until it prints: its one line must be a task, never the older
+	// session or note events.
+	var got string
+	for i := 0; got == ""; i++ {
+		if _, err := c.Store.Apply(context.Background(), queue.Write{Op: queue.OpCreate, AccountID: "alice", EntityType: "task", EntityID: fmt.Sprintf("t%d", i), Data: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got = <-done:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	contains(t, "events from now", got, "entity.changed", "task/t", "pending")
+
+	// Resync: a since beyond the log.
+	contains(t, "resync", c.must("events", "--since", "999", "--count", "1"), "resync: events before this were dropped; re-read state")
+}
+
+func TestCLIExitCodes(t *testing.T) {
+	t.Parallel()
+	c := startCLI(t, localapitest.Options{Account: "alice"})
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown ops verb", []string{"ops", "frob"}, exitUsage, "unknown subcommand"},
+		{"show without id", []string{"ops", "show"}, exitUsage, "want exactly one operation id"},
+		{"bad flag", []string{"status", "--frob"}, exitUsage, "frob"},
+		{"events with an argument", []string{"events", "x"}, exitUsage, "unexpected argument"},
+		{"bad state", []string{"ops", "list", "--state", "nope"}, exitFailure, "invalid_request"},
+	}
+	for _, tc := range cases {
+		_, errOut, code := c.syncd(tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%s: exit %d, want %d; stderr %q lacks %q", tc.name, code, tc.code, errOut, tc.want)
+		}
+	}
+
+	// Wrong token: the API refuses (1). No token file or no syncd at the
+	// address: unreachable (3).
+	bad := filepath.Join(t.TempDir(), "bad-token")
+	os.WriteFile(bad, []byte("nope"), 0o600)
+	var out, errOut bytes.Buffer
+	if code := exitStatus(run([]string{"status", "--addr", c.Addr, "--token-file", bad}, &out, &errOut)); code != exitFailure {
+		t.Errorf("wrong token: exit %d", code)
+	}
+	if code := exitStatus(run([]string{"status", "--addr", c.Addr, "--token-file", filepath.Join(t.TempDir(), "none")}, &out, &errOut)); code != exitUnreachable {
+		t.Errorf("no token file: exit %d", code)
+	}
+	for _, args := range [][]string{{"status"}, {"ops", "list"}, {"events"}} {
+		full := append(append([]string{}, args...), "--addr", "127.0.0.1:1", "--token-file", c.tokenFile)
+		if code := exitStatus(run(full, &out, &errOut)); code != exitUnreachable {
+			t.Errorf("%v with no syncd: exit %d", args, code)
+		}
+	}
+}

@@ -194,32 +194,50 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// route is one registered pattern and its handler.
+type route struct {
+	pattern string // "METHOD /path" (Go 1.22 ServeMux pattern)
+	h       http.Handler
+}
+
+// routeTable lists every route of the API: the one place routes are
+// declared, so that TestOpenAPIMatchesRoutes can hold openapi.json to it.
+func (s *Server) routeTable() []route {
+	rs := []route{
+		{"PUT /v1/session", http.HandlerFunc(s.putSession)},
+		{"DELETE /v1/session", http.HandlerFunc(s.deleteSession)},
+		{"GET /v1/status", http.HandlerFunc(s.getStatus)},
+
+		{"POST /v1/entities/{type}", http.HandlerFunc(s.createEntity)},
+		{"GET /v1/entities/{type}", http.HandlerFunc(s.listEntities)},
+		{"GET /v1/entities/{type}/{id}", http.HandlerFunc(s.getEntity)},
+		{"PATCH /v1/entities/{type}/{id}", http.HandlerFunc(s.updateEntity)},
+		{"DELETE /v1/entities/{type}/{id}", http.HandlerFunc(s.deleteEntity)},
+
+		{"GET /v1/operations", http.HandlerFunc(s.listOperations)},
+		{"GET /v1/operations/{id}", http.HandlerFunc(s.getOperation)},
+		{"POST /v1/operations/{id}/retry", http.HandlerFunc(s.retryOperation)},
+		{"POST /v1/operations/{id}/discard", http.HandlerFunc(s.discardOperation)},
+
+		{"GET " + eventsPath, http.HandlerFunc(s.events)},
+		{"GET " + openAPIPath, http.HandlerFunc(s.openAPI)},
+	}
+	if s.metrics != nil {
+		rs = append(rs, route{"GET /metrics", s.metrics})
+	}
+	return rs
+}
+
 // routes is the API's mux. Method and path only; the guard in front of
 // it does every security check.
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("PUT /v1/session", s.putSession)
-	mux.HandleFunc("DELETE /v1/session", s.deleteSession)
-	mux.HandleFunc("GET /v1/status", s.getStatus)
-
-	mux.HandleFunc("POST /v1/entities/{type}", s.createEntity)
-	mux.HandleFunc("GET /v1/entities/{type}", s.listEntities)
-	mux.HandleFunc("GET /v1/entities/{type}/{id}", s.getEntity)
-	mux.HandleFunc("PATCH /v1/entities/{type}/{id}", s.updateEntity)
-	mux.HandleFunc("DELETE /v1/entities/{type}/{id}", s.deleteEntity)
-
-	mux.HandleFunc("GET /v1/operations", s.listOperations)
-	mux.HandleFunc("GET /v1/operations/{id}", s.getOperation)
-	mux.HandleFunc("POST /v1/operations/{id}/retry", s.retryOperation)
-	mux.HandleFunc("POST /v1/operations/{id}/discard", s.discardOperation)
-
-	mux.HandleFunc("GET "+eventsPath, s.events)
-	s.altTokenPaths[eventsPath] = true
-	mux.HandleFunc("GET "+openAPIPath, s.openAPI)
-
-	if s.metrics != nil {
-		mux.Handle("GET /metrics", s.metrics)
+	for _, r := range s.routeTable() {
+		mux.Handle(r.pattern, r.h)
 	}
+	// Browsers cannot set headers on a WebSocket: the events stream may
+	// carry the token as ?token= or a subprotocol.
+	s.altTokenPaths[eventsPath] = true
 	return mux
 }
 

@@ -1,0 +1,121 @@
+package localapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+type openAPIDocument struct {
+	OpenAPI    string                                `json:"openapi"`
+	Paths      map[string]map[string]json.RawMessage `json:"paths"`
+	Components struct {
+		Schemas   map[string]json.RawMessage `json:"schemas"`
+		Responses map[string]json.RawMessage `json:"responses"`
+	} `json:"components"`
+}
+
+func loadOpenAPI(t *testing.T) openAPIDocument {
+	t.Helper()
+	var doc openAPIDocument
+	if err := json.Unmarshal(openAPIDoc, &doc); err != nil {
+		t.Fatalf("openapi.json: %v", err)
+	}
+	return doc
+}
+
+var httpMethods = []string{"get", "put", "post", "patch", "delete", "head", "options", "trace"}
+
+// Every registered method and pattern is in openapi.json, and every
+// operation of openapi.json is registered; each documented path, with
+// sample values for its parameters, reaches the route it documents.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOptions{}) // the daemon serves metrics: every route is registered
+	doc := loadOpenAPI(t)
+	if !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Fatalf("openapi %q, want 3.x", doc.OpenAPI)
+	}
+	var documented []string
+	for path, item := range doc.Paths {
+		for m := range item {
+			if slices.Contains(httpMethods, m) {
+				documented = append(documented, strings.ToUpper(m)+" "+path)
+			}
+		}
+	}
+	var registered []string
+	for _, r := range e.srv.routeTable() {
+		registered = append(registered, r.pattern)
+	}
+	sort.Strings(documented)
+	sort.Strings(registered)
+	if !slices.Equal(documented, registered) {
+		t.Errorf("openapi.json and the routes differ:\ndocumented: %q\nregistered: %q", documented, registered)
+	}
+
+	mux := e.srv.routes()
+	param := regexp.MustCompile(`\{[^}]+\}`)
+	for _, op := range documented {
+		method, path, _ := strings.Cut(op, " ")
+		r := httptest.NewRequest(method, param.ReplaceAllString(path, "x1"), nil)
+		if _, pattern := mux.Handler(r); pattern != op {
+			t.Errorf("%s reaches %q", op, pattern)
+		}
+	}
+}
+
+// Every $ref resolves, the Error schema lists every error code, and the
+// schemas an app needs are there.
+func TestOpenAPIDocument(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	var raw map[string]any
+	json.Unmarshal(openAPIDoc, &raw)
+	for _, ref := range regexp.MustCompile(`"\$ref":\s*"#/([^"]+)"`).FindAllStringSubmatch(string(openAPIDoc), -1) {
+		var node any = raw
+		for _, part := range strings.Split(ref[1], "/") {
+			m, ok := node.(map[string]any)
+			if !ok || m[part] == nil {
+				t.Errorf("$ref #/%s does not resolve", ref[1])
+				break
+			}
+			node = m[part]
+		}
+	}
+	for _, s := range []string{"Entity", "Operation", "Status", "Error", "ErrorCode", "Event"} {
+		if doc.Components.Schemas[s] == nil {
+			t.Errorf("schema %s missing", s)
+		}
+	}
+	var codes struct {
+		Enum []string `json:"enum"`
+	}
+	json.Unmarshal(doc.Components.Schemas["ErrorCode"], &codes)
+	for _, c := range []string{CodeUnauthorized, CodeForbiddenHost, CodeForbiddenOrigin, CodeNotFound, CodeUnknownEntityType,
+		CodeMethodNotAllowed, CodeUnsupportedMediaType, CodeBodyTooLarge, CodeInvalidJSON, CodeInvalidRequest, CodeNoSession,
+		CodeEntityExists, CodeIllegalTransition, CodeNotPurgeable, CodeKeyReused, CodeUpgradeRequired, CodeInternal,
+		CodeShuttingDown, CodeTooManySubscribers} {
+		if !slices.Contains(codes.Enum, c) {
+			t.Errorf("error code %s is not in the ErrorCode schema", c)
+		}
+	}
+}
+
+// GET /v1/openapi.json serves the document, behind the guard.
+func TestOpenAPIServed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOptions{})
+	r := e.must(http.StatusOK, req{method: "GET", path: "/v1/openapi.json"})
+	if r.raw != string(openAPIDoc) {
+		t.Error("served document differs from the embedded one")
+	}
+	if r := e.do(req{method: "GET", path: "/v1/openapi.json", header: map[string]string{"Authorization": ""}}); r.status != http.StatusUnauthorized {
+		t.Errorf("without a token: %d", r.status)
+	}
+}

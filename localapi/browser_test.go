@@ -205,4 +205,3 @@ type eventJSON struct {
 	Type     string `json:"type"`
 	EntityID string `json:"entityId"`
 }
-

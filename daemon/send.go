@@ -140,7 +140,9 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut bool) {
 		}
 		if err := d.store.RetryAt(ctx, op.ID, c.owner, at, code, message(o)); err != nil {
 			d.storeErr("retry", op, err)
+			return
 		}
+		d.logger.Debug("daemon: retry scheduled", "operation", op.ID, "code", code, "attempts", op.AttemptCount, "in", at.Sub(d.now()))
 	default: // Permanent, NeedsUserAction
 		d.metrics.attempt(o.Code)
 		d.fail(c, o.Code, message(o))

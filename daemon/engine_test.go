@@ -407,7 +407,9 @@ func TestConcurrencyBound(t *testing.T) {
 	t.Parallel()
 	e := setup(t, envOpts{realClock: true, cfg: Config{Concurrency: 3}})
 	hold := make(chan struct{})
-	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action { return faultproxy.Action{Kind: faultproxy.Hold, Hold: hold} })
+	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action {
+		return faultproxy.Action{Kind: faultproxy.Hold, Hold: hold}
+	})
 	for i := range 10 {
 		e.create("n"+strconv.Itoa(i), `{"v":1}`)
 	}

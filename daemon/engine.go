@@ -116,7 +116,11 @@ func (d *Daemon) worker(hard context.Context) {
 		}
 		c, ok, err := d.claim(hard)
 		if ok {
-			d.process(hard, c)
+			// A done operation's outcome and the next claim share one
+			// commit: the worker goes on with what process claimed.
+			for ok {
+				c, ok = d.process(hard, c, true)
+			}
 			continue
 		}
 		var delay time.Duration
@@ -171,7 +175,7 @@ func (d *Daemon) claim(ctx context.Context) (c claimed, ok bool, err error) {
 	if err != nil || !ok || at.After(d.now()) {
 		return c, false, err
 	}
-	owner := fmt.Sprintf("%s/%d", d.owner, d.claims.Add(1))
+	owner := d.newOwner()
 	op, err := d.store.Claim(ctx, sess.account, owner, d.lease)
 	if errors.Is(err, queue.ErrNoReady) {
 		return c, false, nil
@@ -180,6 +184,21 @@ func (d *Daemon) claim(ctx context.Context) (c claimed, ok bool, err error) {
 		return c, false, err
 	}
 	return claimed{op: op, owner: owner, sess: sess}, true, nil
+}
+
+// newOwner names a new lease: this daemon and a claim number.
+func (d *Daemon) newOwner() string {
+	return fmt.Sprintf("%s/%d", d.owner, d.claims.Add(1))
+}
+
+// stopping reports whether Stop has been called.
+func (d *Daemon) stopping() bool {
+	select {
+	case <-d.life.stopCh:
+		return true
+	default:
+		return false
+	}
 }
 
 // nextWake is when the current account may next have something to claim.
@@ -215,7 +234,7 @@ func (d *Daemon) RunOnce(ctx context.Context) (int, error) {
 			break
 		}
 		n++
-		wg.Go(func() { d.process(ctx, c) })
+		wg.Go(func() { d.process(ctx, c, false) })
 	}
 	wg.Wait()
 	return n, nil

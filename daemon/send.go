@@ -32,8 +32,10 @@ const (
 )
 
 // process sends one claimed operation and records the outcome. hard ends
-// the send when the daemon stops.
-func (d *Daemon) process(hard context.Context, c claimed) {
+// the send when the daemon stops. With chain set, a done outcome also
+// claims the worker's next operation in the same commit; process returns
+// it (ok true) for the worker to go on with.
+func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next claimed, ok bool) {
 	op := c.op
 	if d.hooks.afterClaim != nil {
 		d.hooks.afterClaim(op)
@@ -43,18 +45,18 @@ func (d *Daemon) process(hard context.Context, c claimed) {
 	// under. Otherwise nothing is sent.
 	if op.AccountID != c.sess.account || !d.current(c.sess) {
 		d.release(c, "session changed")
-		return
+		return next, false
 	}
 	if op.AttemptCount > 1 && d.now().Sub(op.CreatedAt) > d.maxAge {
 		msg := fmt.Sprintf("the operation is %s old and was attempted before; the server may have forgotten it, so it is not resent", d.now().Sub(op.CreatedAt).Round(1e9))
 		d.fail(c, CodeOperationExpired, msg)
-		return
+		return next, false
 	}
 	req, err := d.request(op, c.sess.token)
 	if err != nil {
 		d.logger.Error("daemon: build request", "operation", op.ID, "err", err)
 		d.release(c, "store read failed")
-		return
+		return next, false
 	}
 
 	// The send ends when the daemon stops, when the account's session
@@ -70,7 +72,7 @@ func (d *Daemon) process(hard context.Context, c claimed) {
 		d.hooks.afterResponse(op, o)
 	}
 	d.contact(o)
-	d.record(c, o, leaseCut)
+	return d.record(c, o, leaseCut, chain)
 }
 
 // request builds the transport request of op, resolving the server id of
@@ -100,15 +102,31 @@ func (d *Daemon) request(op queue.Operation, token string) (transport.Request, e
 	return r, nil
 }
 
-// record stores the decision of an outcome in the queue.
-func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut bool) {
+// record stores the decision of an outcome in the queue. With chain
+// set, a done operation's completion also claims the next ready
+// operation of the same session, unless the daemon is stopping or the
+// session changed.
+func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (next claimed, ok bool) {
 	op := c.op
 	ctx := context.Background() // the outcome must land even while stopping
 	switch o.Decision {
 	case transport.Done:
 		d.metrics.attempt(doneResult(o))
-		if _, err := d.store.Complete(ctx, op.ID, c.owner, queue.Completion{ServerID: o.ServerID}); err != nil {
+		comp := queue.Completion{ServerID: o.ServerID}
+		if !chain || d.stopping() || !d.current(c.sess) {
+			if _, err := d.store.Complete(ctx, op.ID, c.owner, comp); err != nil {
+				d.storeErr("complete", op, err)
+			}
+			return next, false
+		}
+		owner := d.newOwner()
+		_, nop, got, err := d.store.CompleteAndClaim(ctx, op.ID, c.owner, comp, c.sess.account, owner, d.lease)
+		if err != nil {
 			d.storeErr("complete", op, err)
+			return next, false
+		}
+		if got {
+			return claimed{op: nop, owner: owner, sess: c.sess}, true
 		}
 	case transport.RefreshSession:
 		d.metrics.attempt(o.Code)
@@ -147,6 +165,7 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut bool) {
 		d.metrics.attempt(o.Code)
 		d.fail(c, o.Code, message(o))
 	}
+	return next, false
 }
 
 func doneResult(o transport.Outcome) string {

@@ -231,3 +231,52 @@ func TestRestartRecoversSending(t *testing.T) {
 	}
 	mustCheck(t, s)
 }
+
+func TestCompleteAndClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{NoSync: true})
+	a := create(t, s, "a", `{}`).Operation
+	b := create(t, s, "b", `{}`).Operation
+	if _, err := s.Claim(ctx, "acct", "w1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	done, next, ok, err := s.CompleteAndClaim(ctx, a.ID, "w1", Completion{ServerID: "sa"}, "acct", "w2", time.Minute)
+	if err != nil || done.State != StateDone || !ok || next.ID != b.ID || next.LeaseOwner != "w2" || next.State != StateSending {
+		t.Fatalf("CompleteAndClaim = %+v, %+v, %v, %v", done, next, ok, err)
+	}
+	done, _, ok, err = s.CompleteAndClaim(ctx, b.ID, "w2", Completion{}, "acct", "w3", time.Minute)
+	if err != nil || done.State != StateDone || ok {
+		t.Fatalf("last CompleteAndClaim = %+v, %v, %v", done, ok, err)
+	}
+	// An illegal completion claims nothing.
+	c := create(t, s, "c", `{}`).Operation
+	if _, _, ok, err := s.CompleteAndClaim(ctx, c.ID, "w", Completion{}, "acct", "w4", time.Minute); !errors.Is(err, ErrIllegalTransition) || ok {
+		t.Fatalf("completing a pending op: %v, claimed %v", err, ok)
+	}
+	if op, _ := s.GetOperation(c.ID); op.State != StatePending {
+		t.Fatalf("op c = %s", op.State)
+	}
+}
+
+// A batch that writes nothing (a claim that finds nothing) is rolled
+// back: the file's transaction id does not move.
+func TestEmptyClaimCommitsNothing(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{NoSync: true})
+	txid := func() int {
+		tx, err := s.DB().Begin(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		return tx.ID()
+	}
+	before := txid()
+	if _, err := s.Claim(context.Background(), "acct", "w", time.Minute); !errors.Is(err, ErrNoReady) {
+		t.Fatal(err)
+	}
+	if after := txid(); after != before {
+		t.Fatalf("an empty claim committed a transaction: txid %d -> %d", before, after)
+	}
+}

@@ -302,6 +302,7 @@ func (s *Store) commit(batch []*commitReq) {
 	for len(batch) > 0 {
 		failed := -1
 		var events []Event
+		wrote := false
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			now := s.now()
 			events = events[:0]
@@ -316,10 +317,17 @@ func (s *Store) commit(batch []*commitReq) {
 					r.refused = err
 					continue
 				}
+				wrote = wrote || w.wrote
 				events = append(events, w.events...)
+			}
+			if !wrote {
+				return errNothingWritten
 			}
 			return nil
 		})
+		if errors.Is(err, errNothingWritten) {
+			err = nil
+		}
 		if failed >= 0 {
 			batch[failed].answer(err)
 			batch = unanswered(batch)
@@ -338,6 +346,11 @@ func (s *Store) commit(batch []*commitReq) {
 		return
 	}
 }
+
+// errNothingWritten rolls back a batch in which no write wrote anything
+// (claims that found nothing, refused writes, replays), so it costs no
+// commit and no fsync.
+var errNothingWritten = errors.New("queue: nothing written")
 
 func unanswered(batch []*commitReq) []*commitReq {
 	out := batch[:0]

@@ -50,48 +50,84 @@ func (s *Store) Release(ctx context.Context, id, owner string) error {
 func (s *Store) Complete(ctx context.Context, id, owner string, c Completion) (Operation, error) {
 	var out Operation
 	err := s.update(ctx, func(tx *txw) error {
-		op, err := tx.loadOp(id)
+		op, err := tx.complete(id, c)
+		if op != nil {
+			out = *op
+		}
+		return err
+	})
+	return out, err
+}
+
+// CompleteAndClaim is Complete followed, in the same transaction, by
+// Claim(account, nextOwner, lease): a worker records one outcome and
+// takes its next operation with one commit instead of two. next is the
+// zero Operation (and claimed false) when nothing of account is ready.
+func (s *Store) CompleteAndClaim(ctx context.Context, id, owner string, c Completion, account, nextOwner string, lease time.Duration) (done, next Operation, claimed bool, err error) {
+	if lease <= 0 {
+		return done, next, false, fmt.Errorf("queue: claim: lease must be positive, got %v", lease)
+	}
+	err = s.update(ctx, func(tx *txw) error {
+		claimed = false
+		op, err := tx.complete(id, c)
 		if err != nil {
 			return err
 		}
-		if op.State == StateDone {
-			out = *op
-			return nil
-		}
-		if op.State != StateSending {
-			return &TransitionError{OperationID: id, From: op.State, To: StateDone}
-		}
-		if err := tx.finish(op); err != nil {
+		done = *op
+		n, err := tx.nextReady(account)
+		if err != nil || n == nil {
 			return err
 		}
-		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
-		op.LastErrorCode, op.LastError = "", ""
-		op.CompletedAt = tx.now
-		if err := tx.setState(op, StateDone); err != nil {
+		if err := tx.claim(n, nextOwner, lease); err != nil {
 			return err
 		}
-		if err := tx.saveOp(op); err != nil {
-			return err
-		}
-		if err := tx.put(tx.b(bucketDone), timeSeqKey(op.CompletedAt, op.Seq), nil); err != nil {
-			return err
-		}
-		if c.ServerID != "" {
-			e, err := tx.loadEntity(op.AccountID, op.EntityType, op.EntityID)
-			if err != nil {
-				return err
-			}
-			if e != nil && e.ServerID != c.ServerID {
-				e.ServerID = c.ServerID
-				if err := tx.saveEntity(e); err != nil {
-					return err
-				}
-			}
-		}
-		out = *op
-		return tx.reconcileEntity(op.AccountID, op.EntityType, op.EntityID)
+		next, claimed = *n, true
+		return nil
 	})
-	return out, err
+	return done, next, claimed, err
+}
+
+// complete moves a sending operation to done and reconciles its entity;
+// an operation already done is returned unchanged.
+func (tx *txw) complete(id string, c Completion) (*Operation, error) {
+	op, err := tx.loadOp(id)
+	if err != nil {
+		return nil, err
+	}
+	if op.State == StateDone {
+		return op, nil
+	}
+	if op.State != StateSending {
+		return nil, &TransitionError{OperationID: id, From: op.State, To: StateDone}
+	}
+	if err := tx.finish(op); err != nil {
+		return nil, err
+	}
+	op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
+	op.LastErrorCode, op.LastError = "", ""
+	op.CompletedAt = tx.now
+	if err := tx.setState(op, StateDone); err != nil {
+		return nil, err
+	}
+	if err := tx.saveOp(op); err != nil {
+		return nil, err
+	}
+	if err := tx.put(tx.b(bucketDone), timeSeqKey(op.CompletedAt, op.Seq), nil); err != nil {
+		return nil, err
+	}
+	if c.ServerID != "" {
+		e, err := tx.loadEntity(op.AccountID, op.EntityType, op.EntityID)
+		if err != nil {
+			return nil, err
+		}
+		if e != nil && e.ServerID != c.ServerID {
+			e.ServerID = c.ServerID
+			if err := tx.saveEntity(e); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return op, tx.reconcileEntity(op.AccountID, op.EntityType, op.EntityID)
 }
 
 // RetryAt records a transient failure: the operation waits in

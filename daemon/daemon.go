@@ -108,6 +108,10 @@ type Daemon struct {
 	metrics *metrics
 	hooks   hooks
 
+	// writes is held shared by app writes (AccountWrite) and exclusively
+	// by Logout, so no write lands in an account that a logout has just
+	// signed out or purged.
+	writes sync.RWMutex
 	// mu guards the session, its generation and the pause.
 	mu       sync.Mutex
 	session  *queue.Session

@@ -63,6 +63,8 @@ func (d *Daemon) Logout(ctx context.Context, policy LogoutPolicy, force bool) (p
 	if policy != LogoutKeep && policy != LogoutPurge {
 		return 0, fmt.Errorf("%w: %q (want keep or purge)", ErrInvalidPolicy, policy)
 	}
+	d.writes.Lock() // wait for app writes in flight; hold off new ones
+	defer d.writes.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.session == nil {
@@ -82,6 +84,20 @@ func (d *Daemon) Logout(ctx context.Context, policy LogoutPolicy, force bool) (p
 	d.session = nil
 	d.sessionChanged()
 	return purged, nil
+}
+
+// AccountWrite runs fn, an app write, with the current session's
+// account, and keeps Logout from running until fn returns: a write that
+// read the account always lands before the account is signed out or
+// purged, never after. It returns ErrNoSession when signed out.
+func (d *Daemon) AccountWrite(fn func(accountID string) error) error {
+	d.writes.RLock()
+	defer d.writes.RUnlock()
+	account, ok := d.Account()
+	if !ok {
+		return ErrNoSession
+	}
+	return fn(account)
 }
 
 // Account returns the current session's account id; ok is false when

@@ -32,6 +32,8 @@ const (
 	// three times transport.DefaultTimeout, so a send always ends (and is
 	// recorded) before its lease could be taken over.
 	DefaultLease = 3 * transport.DefaultTimeout
+	// DefaultSweepInterval is how often the retention sweep runs.
+	DefaultSweepInterval = 10 * time.Minute
 	// DefaultMaxOperationAge is the age past which an operation that was
 	// already attempted is not sent again but fails with
 	// CodeOperationExpired: a day short of the reference server's 7-day
@@ -79,6 +81,11 @@ type Config struct {
 	// Registry receives the daemon's metrics (default a new registry,
 	// never the global one). MetricsHandler serves it.
 	Registry *prometheus.Registry
+	// SweepInterval is how often the retention sweep runs while the
+	// daemon is started (default DefaultSweepInterval): done operations
+	// past the queue's retention and change-log events past its history
+	// are deleted.
+	SweepInterval time.Duration
 	// Owner names this daemon in operation leases (default host, pid and
 	// a random suffix).
 	Owner string
@@ -94,19 +101,20 @@ type Config struct {
 
 // Daemon is the sync engine of one data directory.
 type Daemon struct {
-	store   *queue.Store
-	now     func() time.Time
-	logger  *slog.Logger
-	sender  Sender
-	policy  transport.Policy
-	conc    int
-	lease   time.Duration
-	maxAge  time.Duration
-	rnd     func(n int64) int64
-	owner   string // lease owner prefix; each claim adds a number
-	claims  atomic.Uint64
-	metrics *metrics
-	hooks   hooks
+	store      *queue.Store
+	now        func() time.Time
+	logger     *slog.Logger
+	sender     Sender
+	policy     transport.Policy
+	conc       int
+	sweepEvery time.Duration
+	lease      time.Duration
+	maxAge     time.Duration
+	rnd        func(n int64) int64
+	owner      string // lease owner prefix; each claim adds a number
+	claims     atomic.Uint64
+	metrics    *metrics
+	hooks      hooks
 
 	// writes is held shared by app writes (AccountWrite) and exclusively
 	// by Logout, so no write lands in an account that a logout has just
@@ -141,18 +149,19 @@ func New(cfg Config) (*Daemon, error) {
 		return nil, errors.New("daemon: Config.Store is nil")
 	}
 	d := &Daemon{
-		store:  cfg.Store,
-		now:    cfg.Now,
-		logger: cmp.Or(cfg.Logger, slog.Default()),
-		sender: cfg.Transport,
-		policy: cfg.Policy,
-		conc:   cmp.Or(cfg.Concurrency, DefaultConcurrency),
-		lease:  cmp.Or(cfg.Lease, DefaultLease),
-		maxAge: cmp.Or(cfg.MaxOperationAge, DefaultMaxOperationAge),
-		rnd:    cfg.Rand,
-		owner:  cfg.Owner,
-		hooks:  hooks{afterClaim: cfg.TestHookAfterClaim, afterResponse: cfg.TestHookAfterResponse},
-		wakeC:  make(chan struct{}),
+		store:      cfg.Store,
+		now:        cfg.Now,
+		logger:     cmp.Or(cfg.Logger, slog.Default()),
+		sender:     cfg.Transport,
+		policy:     cfg.Policy,
+		conc:       cmp.Or(cfg.Concurrency, DefaultConcurrency),
+		lease:      cmp.Or(cfg.Lease, DefaultLease),
+		sweepEvery: cmp.Or(cfg.SweepInterval, DefaultSweepInterval),
+		maxAge:     cmp.Or(cfg.MaxOperationAge, DefaultMaxOperationAge),
+		rnd:        cfg.Rand,
+		owner:      cfg.Owner,
+		hooks:      hooks{afterClaim: cfg.TestHookAfterClaim, afterResponse: cfg.TestHookAfterResponse},
+		wakeC:      make(chan struct{}),
 	}
 	if d.now == nil {
 		d.now = time.Now

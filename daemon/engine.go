@@ -58,10 +58,11 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	l.state = lifeRunning
 	l.hard, l.cancel = context.WithCancel(ctx)
-	l.wg.Add(d.conc)
+	l.wg.Add(d.conc + 1)
 	for range d.conc {
 		go d.worker(l.hard)
 	}
+	go d.sweeper(l.hard)
 	go func() {
 		l.wg.Wait()
 		close(l.stopped)

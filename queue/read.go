@@ -137,8 +137,7 @@ func (s *Store) Stats() (Stats, error) {
 		st.FileSize = tx.Size()
 		return nil
 	})
-	dbs := s.db.Stats()
-	st.FreeBytes = int64(dbs.FreeAlloc)
+	st.FreeBytes = int64(s.db.Stats().FreePageN) * int64(s.db.Info().PageSize)
 	return st, err
 }
 

@@ -30,6 +30,7 @@ func commands() []command {
 		{"status", "show sync status: account, online, queue counts, failed operations", cmdStatus},
 		{"ops", "list, show, retry or discard queued operations", cmdOps},
 		{"events", "print the live sync event stream", cmdEvents},
+		{"compact", "rewrite the data file without its free pages (syncd stopped)", cmdCompact},
 		{"service", "install, start, stop or uninstall syncd as an OS service", cmdService},
 	}
 }

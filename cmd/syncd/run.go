@@ -81,7 +81,16 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 	// marks the queue totals as possibly changed.
 	bus := daemon.NewBus(daemon.BusConfig{})
 	totals := daemon.NewTotals(daemon.TotalsConfig{Logger: logger})
-	store, err := queue.Open(filepath.Join(rc.DataDir, dataFileName), queue.Config{
+	dbPath := filepath.Join(rc.DataDir, dataFileName)
+	// bbolt never shrinks its file: give back a large free share at start.
+	if ok, before, after, err := queue.CompactIfWorthIt(dbPath); errors.Is(err, queue.ErrLocked) {
+		return fmt.Errorf("another syncd is already running on %s", rc.DataDir)
+	} else if err != nil {
+		logger.Warn("run: compacting the data file failed; going on with it as it is", "err", err)
+	} else if ok {
+		logger.Info("run: compacted the data file", "before_bytes", before, "after_bytes", after)
+	}
+	store, err := queue.Open(dbPath, queue.Config{
 		Logger:        logger,
 		LockTimeout:   rc.LockTimeout,
 		MaxDataBytes:  rc.MaxDataBytes,

@@ -292,7 +292,7 @@ func TestEventsSlowSubscriberIsCutOff(t *testing.T) {
 	}
 	e := localapitest.Start(t, localapitest.Options{
 		Account: "alice", Drain: true,
-		Bus:    daemon.BusConfig{SubscriberBuffer: 32},
+		Bus:    daemon.BusConfig{SubscriberBuffer: 256},
 		Config: localapi.Config{EventWriteTimeout: 5 * time.Minute, EventSocketBuffer: 4096},
 	})
 	const writes = 200

@@ -100,6 +100,10 @@ type Config struct {
 	// EventSocketBuffer is the kernel send buffer of each subscriber's
 	// connection in bytes (default DefaultEventSocketBuffer).
 	EventSocketBuffer int
+	// EventFlushInterval is the least time between two writes to one
+	// event subscriber (default DefaultEventFlushInterval; negative:
+	// write every run of events at once).
+	EventFlushInterval time.Duration
 }
 
 // Server is the loopback API of one daemon.
@@ -128,6 +132,8 @@ type Server struct {
 	pingInterval      time.Duration
 	eventWriteTimeout time.Duration
 	eventSocketBuffer int
+	evCache           eventCache
+	flushInterval     time.Duration
 
 	runMu   sync.Mutex
 	running bool
@@ -165,6 +171,7 @@ func New(cfg Config) (*Server, error) {
 		pingInterval:      cmp.Or(cfg.PingInterval, DefaultPingInterval),
 		eventWriteTimeout: cmp.Or(cfg.EventWriteTimeout, DefaultEventWriteTimeout),
 		eventSocketBuffer: cmp.Or(cfg.EventSocketBuffer, DefaultEventSocketBuffer),
+		flushInterval:     cmp.Or(cfg.EventFlushInterval, DefaultEventFlushInterval),
 	}
 	if s.pingInterval < 0 || s.eventWriteTimeout < 0 || s.eventSocketBuffer < 0 {
 		return nil, errors.New("localapi: Config.PingInterval, EventWriteTimeout and EventSocketBuffer must not be negative")

@@ -235,7 +235,13 @@ func TestSubscribeResumesAfterDroppedConnections(t *testing.T) {
 	since := e.Bus.LastSeq()
 	const writes = 40
 	var got []client.Event
-	done := 0
+	done, made := 0, 0
+	create := func() {
+		if _, err := api.Create(ctx, "note", "", map[string]any{"i": made}); err != nil {
+			t.Fatal(err)
+		}
+		made++
+	}
 	next := func() {
 		ev := collect(t, sub, 1)[0]
 		got = append(got, ev)
@@ -244,22 +250,22 @@ func TestSubscribeResumesAfterDroppedConnections(t *testing.T) {
 		}
 	}
 	for i := range writes {
-		if _, err := api.Create(ctx, "note", "", map[string]any{"i": i}); err != nil {
-			t.Fatal(err)
-		}
+		create()
 		next() // every write makes at least two events
 		if i%4 == 3 {
-			// Drop the connection mid-stream, then read on until the
-			// subscription has noticed and reconnected (it first reads
-			// what was already buffered on its side).
+			// Drop the connection mid-stream, write once more (so an
+			// event is due after the reconnect), then read on until
+			// the subscription has noticed and reconnected (it first
+			// reads what was already buffered on its side).
 			r := sub.Reconnects()
 			p.dropAll()
+			create()
 			for sub.Reconnects() == r {
 				next()
 			}
 		}
 	}
-	for done < writes {
+	for done < made {
 		next()
 	}
 	checkLog(t, e.Store, since, got)

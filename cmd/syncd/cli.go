@@ -64,8 +64,10 @@ func trimSpace(b []byte) []byte {
 	return b
 }
 
-// parseClientFlags parses a client command's flags.
-func parseClientFlags(name string, args []string, stderr io.Writer, usage string, extra func(*flag.FlagSet)) (*clientFlags, *flag.FlagSet, error) {
+// parseClientFlags parses a client command's flags, which may come
+// before or after its arguments (`syncd ops show ID --json`), and
+// returns the arguments.
+func parseClientFlags(name string, args []string, stderr io.Writer, usage string, extra func(*flag.FlagSet)) (*clientFlags, []string, error) {
 	cf := &clientFlags{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -77,13 +79,25 @@ func parseClientFlags(name string, args []string, stderr io.Writer, usage string
 		fmt.Fprintln(stderr, "usage: syncd "+usage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, nil, err
+	var pos []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, nil, err
+			}
+			return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
-		return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+		if fs.NArg() == 0 {
+			break
+		}
+		if i := len(rest) - fs.NArg() - 1; i >= 0 && rest[i] == "--" {
+			pos = append(pos, fs.Args()...) // everything after -- is an argument
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
 	}
-	return cf, fs, nil
+	return cf, pos, nil
 }
 
 // apiErr maps a client error onto an exit code.

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/syncd/syncd/localapi/client"
@@ -15,14 +17,22 @@ import (
 // interrupted. It resumes on its own after a dropped connection.
 func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
-		since  uint64
-		asJSON bool
-		types  string
-		etype  string
-		count  int
+		since    uint64
+		sinceSet bool
+		asJSON   bool
+		types    string
+		etype    string
+		count    int
 	)
-	cf, fs, err := parseClientFlags("events", args, stderr, "events [--since N] [--type T,...] [--entity-type E] [--json] [--count N]", func(fs *flag.FlagSet) {
-		fs.Uint64Var(&since, "since", 0, "replay the kept events after this seq first (0: all kept); default: only new events")
+	cf, pos, err := parseClientFlags("events", args, stderr, "events [--since N] [--type T,...] [--entity-type E] [--json] [--count N]", func(fs *flag.FlagSet) {
+		fs.Func("since", "replay the kept events after seq `N` first (0: all kept); default: only new events", func(v string) error {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return errors.New("want an event seq (a non-negative integer)")
+			}
+			since, sinceSet = n, true
+			return nil
+		})
 		fs.BoolVar(&asJSON, "json", false, "one JSON object per line, for scripts")
 		fs.StringVar(&types, "type", "", "comma-separated event types or prefixes (entity., operation., session.)")
 		fs.StringVar(&etype, "entity-type", "", "only events of this entity type")
@@ -31,15 +41,13 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: events: unexpected argument %q", errUsage, fs.Arg(0))
+	if len(pos) > 0 {
+		return fmt.Errorf("%w: events: unexpected argument %q", errUsage, pos[0])
 	}
 	c, err := cf.client()
 	if err != nil {
 		return err
 	}
-	sinceSet := false
-	fs.Visit(func(f *flag.Flag) { sinceSet = sinceSet || f.Name == "since" })
 	if !sinceSet {
 		st, err := c.Status(ctx)
 		if err != nil {
@@ -78,25 +86,47 @@ func eventLine(e client.Event) string {
 	if e.EntityType != "" {
 		subject = e.EntityType + "/" + e.EntityID
 	}
+	head := fmt.Sprintf("%6d  %s  %-20s", e.Seq, ts, e.Type)
 	switch {
 	case e.Type == client.EventResync:
 		return fmt.Sprintf("%6d  %s  resync: events before this were dropped; re-read state", e.Seq, ts)
 	case strings.HasPrefix(e.Type, "entity."):
-		return fmt.Sprintf("%6d  %s  %-18s %-24s %s", e.Seq, ts, e.Type, subject, e.SyncState)
+		return fmt.Sprintf("%s %-24s %s", head, subject, e.SyncState)
 	case strings.HasPrefix(e.Type, "operation."):
-		s := fmt.Sprintf("%6d  %s  %-18s %-24s %s op=%s", e.Seq, ts, e.Type, subject, e.State, e.OperationID)
+		s := fmt.Sprintf("%s %-24s %s op=%s", head, subject, e.State, e.OperationID)
 		if e.ErrorCode != "" {
 			s += " error=" + e.ErrorCode
 		}
 		return s
-	default:
-		s := fmt.Sprintf("%6d  %s  %-18s", e.Seq, ts, e.Type)
-		if e.AccountID != "" {
-			s += " account=" + e.AccountID
+	case e.Type == "queue.totals":
+		var d struct {
+			Counts                  map[string]int `json:"counts"`
+			OldestPendingAgeSeconds float64        `json:"oldestPendingAgeSeconds"`
 		}
-		if len(e.Data) > 0 {
-			s += " " + string(e.Data)
+		if json.Unmarshal(e.Data, &d) == nil {
+			var parts []string
+			for _, st := range []string{"pending", "sending", "retry_waiting", "permanent_failed", "done"} {
+				parts = append(parts, fmt.Sprintf("%s %d", st, d.Counts[st]))
+			}
+			return head + " " + strings.Join(parts, ", ")
 		}
-		return s
+	case e.Type == "connectivity.changed":
+		var d struct{ Online bool }
+		if json.Unmarshal(e.Data, &d) == nil {
+			if d.Online {
+				return head + " online"
+			}
+			return head + " offline"
+		}
+	case e.Type == "session.changed":
+		return head + " account=" + e.AccountID
 	}
+	s := head
+	if e.AccountID != "" {
+		s += " account=" + e.AccountID
+	}
+	if len(e.Data) > 0 {
+		s += " " + string(e.Data)
+	}
+	return s
 }

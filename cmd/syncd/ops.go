@@ -25,7 +25,7 @@ func cmdOps(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		limit  int
 		asJSON bool
 	)
-	cf, fs, err := parseClientFlags("ops "+sub, args, stderr, usage, func(fs *flag.FlagSet) {
+	cf, pos, err := parseClientFlags("ops "+sub, args, stderr, usage, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
 		if sub == "list" {
 			fs.StringVar(&state, "state", "", "only operations in this state (pending, sending, retry_waiting, permanent_failed, done)")
@@ -36,10 +36,10 @@ func cmdOps(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	needID := func() (string, error) {
-		if fs.NArg() != 1 {
+		if len(pos) != 1 {
 			return "", fmt.Errorf("%w: ops %s: want exactly one operation id", errUsage, sub)
 		}
-		return fs.Arg(0), nil
+		return pos[0], nil
 	}
 	switch sub {
 	case "list", "show", "retry", "discard":
@@ -52,8 +52,8 @@ func cmdOps(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	switch sub {
 	case "list":
-		if fs.NArg() > 0 {
-			return fmt.Errorf("%w: ops list: unexpected argument %q", errUsage, fs.Arg(0))
+		if len(pos) > 0 {
+			return fmt.Errorf("%w: ops list: unexpected argument %q", errUsage, pos[0])
 		}
 		l, err := c.Operations(ctx, client.ListOptions{State: state, Limit: limit})
 		if err != nil {

@@ -29,5 +29,18 @@
 // Idempotent-Replayed: true, writing nothing; the same key with another
 // request is refused with 422 idempotency_key_reused.
 //
+// # Events
+//
+// GET /v1/events is a WebSocket stream of the daemon's event bus: replay
+// after ?since=N, then live events, a resync event when N is older than
+// the retained history, filters by type, entity type and account. Slow
+// subscribers are closed with 1008, all of them with 1001 at shutdown.
+// See docs/events.md.
+//
+// # Description
+//
+// openapi.json, embedded and served at GET /v1/openapi.json, describes
+// every route; TestOpenAPIMatchesRoutes holds it to the routes registered.
+//
 // See docs/localapi.md for the endpoint reference.
 package localapi

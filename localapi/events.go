@@ -206,6 +206,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	hw := &hijackWriter{ResponseWriter: w, timeout: s.eventWriteTimeout}
 	conn, err := up.Upgrade(hw, r, nil)
 	if err != nil {
+		if hw.conn != nil {
+			s.hijacked.forget(hw.conn.Conn) // hijacked, then failed: Upgrade closed it
+		}
 		return // Upgrade has answered
 	}
 	// The hijacked connection was registered with s.hijacked (ConnState)

@@ -323,6 +323,12 @@ func (f *fakeDaemon) Status(ctx context.Context) (daemon.Status, error) {
 	return daemon.Status{AccountID: f.account}, f.statusErr
 }
 func (f *fakeDaemon) Notify() { f.notified++ }
+func (f *fakeDaemon) AccountWrite(fn func(string) error) error {
+	if f.account == "" {
+		return daemon.ErrNoSession
+	}
+	return fn(f.account)
+}
 
 // fakeStore answers every call with err.
 type fakeStore struct{ err error }

@@ -2,9 +2,11 @@ package localapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
+	"github.com/syncd/syncd/daemon"
 	"github.com/syncd/syncd/queue"
 )
 
@@ -52,11 +54,14 @@ func (s *Server) lookupType(t string) error {
 	return nil
 }
 
+// errNoSession answers a request that needs a signed-in account.
+var errNoSession = &apiError{http.StatusConflict, CodeNoSession, "no session: sign in first with PUT /v1/session"}
+
 // account returns the current session's account, or no_session.
 func (s *Server) account() (string, error) {
 	a, ok := s.d.Account()
 	if !ok {
-		return "", &apiError{http.StatusConflict, CodeNoSession, "no session: sign in first with PUT /v1/session"}
+		return "", errNoSession
 	}
 	return a, nil
 }
@@ -160,11 +165,15 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, status int, body 
 		s.fail(w, r, err)
 		return
 	}
-	if wr.AccountID, err = s.account(); err != nil {
-		s.fail(w, r, err)
-		return
+	var res queue.Result
+	err = s.d.AccountWrite(func(account string) error {
+		wr.AccountID = account
+		res, err = s.store.Apply(r.Context(), wr)
+		return err
+	})
+	if errors.Is(err, daemon.ErrNoSession) {
+		err = errNoSession
 	}
-	res, err := s.store.Apply(r.Context(), wr)
 	if err != nil {
 		s.fail(w, r, err)
 		return

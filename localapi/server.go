@@ -42,6 +42,10 @@ type Daemon interface {
 	Status(ctx context.Context) (daemon.Status, error)
 	// Notify wakes the workers after a write.
 	Notify()
+	// AccountWrite runs an app write with the current session's account
+	// and keeps a logout from running until it returns (daemon.ErrNoSession
+	// when signed out).
+	AccountWrite(fn func(accountID string) error) error
 }
 
 // Store is what the API needs from the queue. *queue.Store satisfies it.

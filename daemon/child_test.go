@@ -52,8 +52,12 @@ func say(format string, args ...any) {
 	out.Unlock()
 }
 
+// die kills the process at once, as SIGKILL does (os.Process.Kill is
+// SIGKILL on unix, TerminateProcess on Windows).
 func die() {
-	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	if p, err := os.FindProcess(os.Getpid()); err == nil {
+		p.Kill()
+	}
 	select {}
 }
 

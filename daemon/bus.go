@@ -217,7 +217,19 @@ func (b *Bus) Subscribe(since uint64, f Filter) (*Subscription, error) {
 	}
 	s := &Subscription{bus: b, filter: f, ch: make(chan queue.Event, b.cfg.SubscriberBuffer)}
 	b.subs[s] = struct{}{}
-	ring := append([]queue.Event(nil), b.ring...)
+	// Copy only the part of the ring after since (seqs in the ring are
+	// contiguous): Publish, and so every commit, waits while this holds
+	// the lock. ringStart is the first seq the ring held.
+	var ring []queue.Event
+	var ringStart uint64
+	if len(b.ring) > 0 {
+		ringStart = b.ring[0].Seq
+		from := 0
+		if since >= ringStart {
+			from = min(int(since-ringStart+1), len(b.ring))
+		}
+		ring = append([]queue.Event(nil), b.ring[from:]...)
+	}
 	last, src := b.last, b.backlog
 	b.mu.Unlock()
 
@@ -226,7 +238,7 @@ func (b *Bus) Subscribe(since uint64, f Filter) (*Subscription, error) {
 	case since > last:
 		s.Replay = resync
 	case since == last:
-	case len(ring) > 0 && since+1 >= ring[0].Seq:
+	case ringStart > 0 && since+1 >= ringStart:
 		s.Replay = after(ring, since, f)
 	case src == nil:
 		s.Replay = resync
@@ -234,8 +246,8 @@ func (b *Bus) Subscribe(since uint64, f Filter) (*Subscription, error) {
 		// Older than the in-memory history: read the durable log up to
 		// where the ring starts (or to the end when the ring is empty).
 		upto := last
-		if len(ring) > 0 {
-			upto = ring[0].Seq - 1
+		if ringStart > 0 {
+			upto = ringStart - 1
 		}
 		events, oldest, err := src.Events(since, int(upto-since))
 		if err != nil {

@@ -135,9 +135,11 @@ func (s *Store) Stats() (Stats, error) {
 			st.OldestPending = op.CreatedAt
 		}
 		st.FileSize = tx.Size()
+		// Info reads the mmap header: only safe while a transaction holds
+		// off a remap.
+		st.FreeBytes = int64(s.db.Stats().FreePageN) * int64(tx.DB().Info().PageSize)
 		return nil
 	})
-	st.FreeBytes = int64(s.db.Stats().FreePageN) * int64(s.db.Info().PageSize)
 	return st, err
 }
 

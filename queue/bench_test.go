@@ -146,8 +146,6 @@ func BenchmarkWritePath(b *testing.B) {
 }
 
 func batchWrite(s *Store, w Write) error {
-	return s.db.Batch(func(tx *bolt.Tx) error {
-		_, err := (&txw{tx: tx, s: s, now: s.now()}).apply(&w)
-		return err
-	})
+	_, err := s.ApplyViaBoltBatch(context.Background(), w)
+	return err
 }

@@ -200,7 +200,18 @@ func TestPrintConfig(t *testing.T) {
 	dataDir := t.TempDir()
 	const token = "tok-5ecret-api-token"
 	writeFile(t, dataDir, "api-token", token+"\n")
-	l, err := load(t, []string{"--data-dir", dataDir, "--remote", "https://alice:hunter2@api.example.com/app?key=s3cr3t", "--print-config"}, env{"HOME": t.TempDir()})
+	// Credentials in the remote URL are refused, and the refusal does
+	// not repeat them (it is logged).
+	_, err := load(t, []string{"--data-dir", dataDir, "--remote", "https://alice:hunter2@api.example.com/app?key=s3cr3t", "--print-config"}, env{"HOME": t.TempDir()})
+	if !errors.Is(err, config.ErrInvalid) {
+		t.Fatalf("remote with credentials: err = %v", err)
+	}
+	for _, secret := range []string{"hunter2", "alice", "s3cr3t"} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("the refusal shows %q: %v", secret, err)
+		}
+	}
+	l, err := load(t, []string{"--data-dir", dataDir, "--remote", "https://api.example.com/app", "--print-config"}, env{"HOME": t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,8 +228,8 @@ func TestPrintConfig(t *testing.T) {
 			t.Errorf("--print-config shows %q:\n%s", secret, out)
 		}
 	}
-	if !strings.Contains(out, `"remote": "https://REDACTED@api.example.com/app?key=REDACTED"`) {
-		t.Errorf("remote not redacted as expected:\n%s", out)
+	if !strings.Contains(out, `"remote": "https://api.example.com/app"`) {
+		t.Errorf("remote not shown:\n%s", out)
 	}
 	if !strings.Contains(out, `"requestTimeout": "30s"`) {
 		t.Errorf("durations not as strings:\n%s", out)
@@ -292,13 +303,21 @@ func TestMkdirPrivate(t *testing.T) {
 	if perm := fi.Mode().Perm(); perm != 0o700 {
 		t.Errorf("mode %o, want 700", perm)
 	}
+	// An existing directory is never chmodded (it may be someone's
+	// home); one that others can write to is refused.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := config.MkdirPrivate(dir); err != nil {
 		t.Fatal(err)
 	}
-	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
-		t.Errorf("mode %o after tightening, want 700", fi.Mode().Perm())
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o755 {
+		t.Errorf("existing directory's mode changed to %o", fi.Mode().Perm())
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := config.MkdirPrivate(dir); err == nil {
+		t.Error("a world-writable data directory was accepted")
 	}
 }

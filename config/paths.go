@@ -72,11 +72,16 @@ func home(getenv func(string) string) (string, error) {
 }
 
 // MkdirPrivate creates dir and its missing parents with mode 0700 (the
-// data directory holds the API token), and tightens dir itself to 0700
-// on Unix if it already existed with a wider mode.
+// data directory holds the API token). An existing directory is left as
+// it is, unless other users may write to it (/tmp, a shared folder):
+// then it is refused on Unix, since they could swap the token or the
+// data file. It is never chmodded: it may be someone's home.
 func MkdirPrivate(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return checkPrivate(dir)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("config: data directory: %w", err)
 	}
-	return tighten(dir)
+	return nil
 }

@@ -14,15 +14,13 @@ func defaultScope(func(string) string) Scope {
 	return User
 }
 
-func tighten(dir string) error {
+func checkPrivate(dir string) error {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return fmt.Errorf("config: data directory: %w", err)
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		if err := os.Chmod(dir, perm&0o700); err != nil {
-			return fmt.Errorf("config: data directory: %w", err)
-		}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("config: data directory %s is writable by other users (mode %v); use a directory of your own", dir, fi.Mode().Perm())
 	}
 	return nil
 }

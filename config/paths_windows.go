@@ -37,4 +37,4 @@ func defaultPaths(scope Scope, getenv func(string) string) (Paths, error) {
 
 // tighten does nothing on Windows: a directory under the user's
 // LocalAppData or ProgramData inherits that folder's ACL.
-func tighten(string) error { return nil }
+func checkPrivate(string) error { return nil }

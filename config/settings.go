@@ -133,6 +133,12 @@ func (s *Settings) finish() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("%w: remote %q: want an http or https URL", ErrInvalid, Redact(s.Remote))
 		}
+		// Credentials belong to the session (PUT /v1/session), never to
+		// the URL: it is logged, shown by `ps` and written into service
+		// definitions.
+		if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("%w: remote %q: give a plain base URL, without user info, query or fragment", ErrInvalid, Redact(s.Remote))
+		}
 	}
 	for _, o := range s.AllowedOrigins {
 		if err := checkOrigin(o); err != nil {

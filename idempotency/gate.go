@@ -19,7 +19,9 @@ const (
 	DefaultRetention    = 7 * 24 * time.Hour
 	DefaultInFlightWait = 2 * time.Second
 	DefaultRetryAfter   = time.Second
-	DefaultMaxBodyBytes = 1 << 20
+	// 1 MiB of data (syncd's default entity data limit) plus room for
+	// the request's envelope.
+	DefaultMaxBodyBytes = 1<<20 + 64<<10
 	// MaxKeyLength is the longest Idempotency-Key accepted, in bytes.
 	MaxKeyLength = 255
 )

@@ -118,7 +118,7 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 	defer totals.Stop()
 	remoteURL := rc.Remote
 	if remoteURL == "" {
-		url, path, stopRemote, err := startEmbeddedRemote(ctx, rc.DataDir, logger)
+		url, path, stopRemote, err := startEmbeddedRemote(ctx, rc.DataDir, rc.MaxDataBytes, logger)
 		if err != nil {
 			return fmt.Errorf("run: %w", err)
 		}

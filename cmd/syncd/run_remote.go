@@ -19,12 +19,16 @@ const embeddedRemoteDir = "remote"
 // loopback port with dev tokens and its bbolt file in dataDir/remote:
 // what `syncd run` syncs to when no --remote is given, so a first run
 // shows a full round trip. stop shuts it down and closes its file.
-func startEmbeddedRemote(ctx context.Context, dataDir string, logger *slog.Logger) (url, path string, stop func(), err error) {
+//
+// maxDataBytes is the daemon's entity data limit: the server accepts that
+// much data plus the request's envelope, so nothing the local API accepts
+// is refused on the way out.
+func startEmbeddedRemote(ctx context.Context, dataDir string, maxDataBytes int, logger *slog.Logger) (url, path string, stop func(), err error) {
 	dir := filepath.Join(dataDir, embeddedRemoteDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", nil, fmt.Errorf("embedded remote: %w", err)
 	}
-	srv, err := remote.New(remote.Config{DataDir: dir, DevTokens: true, Logger: logger})
+	srv, err := remote.New(remote.Config{DataDir: dir, DevTokens: true, Logger: logger, MaxBodyBytes: int64(maxDataBytes) + 64<<10})
 	if err != nil {
 		return "", "", nil, fmt.Errorf("embedded remote: %w", err)
 	}

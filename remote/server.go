@@ -72,6 +72,12 @@ type Config struct {
 	InFlightWait time.Duration
 	// MaxBodyBytes limits request bodies (idempotency.DefaultMaxBodyBytes).
 	MaxBodyBytes int64
+	// LoopbackHostsOnly refuses requests whose Host is not a loopback
+	// name (localhost, 127.0.0.0/8, ::1) with 403 forbidden_host. Set it
+	// for a server listening on loopback, so a web page whose DNS name was
+	// rebound to 127.0.0.1 cannot reach it (syncd's embedded server and
+	// `syncd server` on a loopback address do).
+	LoopbackHostsOnly bool
 	// Now is the clock for entity times and record expiry (time.Now).
 	Now func() time.Time
 	// Logger gets the server's log lines (default: discard).
@@ -159,6 +165,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.handler = s.routes(gate.Wrap)
+	if cfg.LoopbackHostsOnly {
+		s.handler = loopbackHostsOnly(s.handler)
+	}
 	if err := s.sweeper.Start(context.Background()); err != nil {
 		s.store.close()
 		return nil, err

@@ -28,7 +28,7 @@ func startEmbeddedRemote(ctx context.Context, dataDir string, maxDataBytes int, 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", nil, fmt.Errorf("embedded remote: %w", err)
 	}
-	srv, err := remote.New(remote.Config{DataDir: dir, DevTokens: true, Logger: logger, MaxBodyBytes: int64(maxDataBytes) + 64<<10})
+	srv, err := remote.New(remote.Config{DataDir: dir, DevTokens: true, LoopbackHostsOnly: true, Logger: logger, MaxBodyBytes: int64(maxDataBytes) + 64<<10})
 	if err != nil {
 		return "", "", nil, fmt.Errorf("embedded remote: %w", err)
 	}

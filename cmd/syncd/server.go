@@ -68,6 +68,8 @@ func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		DevTokens:   *devTokens,
 		Retention:   ret,
 		Logger:      logger,
+		// On loopback, answer only loopback names (DNS rebinding).
+		LoopbackHostsOnly: loopbackAddr(*listen),
 	}
 	if *tokensFile != "" {
 		if cfg.Tokens, err = remote.ReadTokensFile(*tokensFile); err != nil {

@@ -245,6 +245,16 @@ func TestOperationExpired(t *testing.T) {
 	if n := faultproxy.Count(e.proxy.Log(), keyed(old.Operation.ID)); n != 1 {
 		t.Errorf("expired op sent %d times, want 1", n)
 	}
+	// The user reviewed it and retries: that confirms the intent, so it is
+	// sent despite its age.
+	if _, err := e.store.Retry(context.Background(), old.Operation.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.drain()
+	e.wantState(old.Operation.ID, queue.StateDone)
+	if n := faultproxy.Count(e.proxy.Log(), keyed(old.Operation.ID)); n != 2 {
+		t.Errorf("op sent %d times after the user's retry, want 2", n)
+	}
 }
 
 // Retrying stops by elapsed time: past the policy's MaxElapsed the op

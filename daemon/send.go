@@ -47,7 +47,7 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 		d.release(c, "session changed")
 		return next, false
 	}
-	if op.AttemptCount > 1 && d.now().Sub(op.CreatedAt) > d.maxAge {
+	if op.AttemptCount > 1 && d.now().Sub(op.CreatedAt) > d.maxAge && op.UserRetriedAt.IsZero() {
 		msg := fmt.Sprintf("the operation is %s old and was attempted before; the server may have forgotten it, so it is not resent", d.now().Sub(op.CreatedAt).Round(1e9))
 		d.fail(c, CodeOperationExpired, msg)
 		return next, false
@@ -63,6 +63,14 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 	// ends, and before the lease could be taken over.
 	ctx, cancel := context.WithTimeout(hard, d.lease*2/3)
 	unhook := context.AfterFunc(c.sess.ctx, cancel)
+	// The session may have ended while the request was built; AfterFunc
+	// cancels asynchronously, so look once more before anything is sent.
+	if c.sess.ctx.Err() != nil || !d.current(c.sess) {
+		unhook()
+		cancel()
+		d.release(c, "session changed")
+		return next, false
+	}
 	o := d.sender.Send(ctx, req)
 	leaseCut := errors.Is(ctx.Err(), context.DeadlineExceeded) && hard.Err() == nil && c.sess.ctx.Err() == nil
 	unhook()
@@ -130,8 +138,11 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		}
 	case transport.RefreshSession:
 		d.metrics.attempt(o.Code)
+		// Pause first, so no other worker re-claims the released op and
+		// sends it again with the refused token.
+		paused := d.refreshNeeded(c.sess)
 		d.release(c, "token refused")
-		if d.refreshNeeded(c.sess) {
+		if paused {
 			d.logger.Warn("daemon: the server refused the session's token; sending is paused until a new token is set", "account", op.AccountID)
 			data, _ := json.Marshal(map[string]string{"reason": o.Code})
 			if _, err := d.store.AppendEvent(ctx, queue.Event{Type: EventSessionRefreshNeeded, AccountID: op.AccountID, Data: data}); err != nil {

@@ -149,6 +149,10 @@ func (s *Server) parseWrite(r *http.Request, fields ...*field) ([]byte, error) {
 // Idempotency-Key, the type and session look-ups, the queue write, the
 // answer.
 func (s *Server) write(w http.ResponseWriter, r *http.Request, status int, body []byte, wr queue.Write) {
+	if _, err := query(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	key, err := idempotencyKey(r)
 	if err != nil {
 		s.fail(w, r, err)

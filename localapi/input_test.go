@@ -86,6 +86,9 @@ func TestBadInput(t *testing.T) {
 		{"bad operations limit", req{method: "GET", path: "/v1/operations?limit=0"}, 400, CodeInvalidRequest, "limit"},
 		{"query on get", req{method: "GET", path: "/v1/entities/note/n1?x=1"}, 400, CodeInvalidRequest, `"x"`},
 		{"query on status", req{method: "GET", path: "/v1/status?verbose=1"}, 400, CodeInvalidRequest, ""},
+		{"query on create", req{method: "POST", path: "/v1/entities/note?bogus=1", body: `{"data":{}}`}, 400, CodeInvalidRequest, `"bogus"`},
+		{"query on patch", req{method: "PATCH", path: "/v1/entities/note/n1?bogus=1", body: `{"data":{}}`}, 400, CodeInvalidRequest, `"bogus"`},
+		{"query on delete", req{method: "DELETE", path: "/v1/entities/note/n1?bogus=1"}, 400, CodeInvalidRequest, `"bogus"`},
 
 		// Idempotency-Key.
 		{"key with space", req{method: "POST", path: "/v1/entities/note", body: valid, header: key("a b")}, 400, CodeInvalidRequest, "Idempotency-Key"},

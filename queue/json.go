@@ -47,8 +47,15 @@ func mergePatch(target, patch json.RawMessage) (json.RawMessage, error) {
 		switch {
 		case bytes.Equal(bytes.TrimSpace(v), []byte("null")):
 			delete(t, k)
-		case isObject(v) && isObject(t[k]):
-			merged, err := mergePatch(t[k], v)
+		case isObject(v):
+			// RFC 7396: an object patches the member as an object, which
+			// a missing or non-object member starts as {} (so its nulls
+			// delete rather than being stored).
+			base := t[k]
+			if !isObject(base) {
+				base = json.RawMessage("{}")
+			}
+			merged, err := mergePatch(base, v)
 			if err != nil {
 				return nil, err
 			}

@@ -19,7 +19,7 @@ import (
 const (
 	DefaultLockTimeout   = time.Second
 	DefaultMaxDataBytes  = 1 << 20
-	DefaultDoneRetention = 24 * time.Hour
+	DefaultDoneRetention = 7 * 24 * time.Hour
 	DefaultEventHistory  = 10000
 	DefaultMaxBatch      = 256
 	DefaultBatchWait     = 500 * time.Microsecond
@@ -40,7 +40,9 @@ type Config struct {
 	// MaxDataBytes is the largest entity data accepted. Default 1 MiB.
 	MaxDataBytes int
 	// DoneRetention is how long done operations are kept before Sweep
-	// deletes them. Default 24h.
+	// deletes them. An app's Idempotency-Key replays for as long as its
+	// operation is kept. Default 7 days, the server's idempotency
+	// retention.
 	DoneRetention time.Duration
 	// EventHistory is how many change-log events Sweep keeps. Default
 	// 10,000.

@@ -26,8 +26,9 @@ func (tx *txw) owned(id, owner string, to State) (*Operation, error) {
 
 // Release returns a claimed operation to pending without recording an
 // outcome, ready at once: the worker is stopping or the account was
-// paused. The attempt stays counted: the request may have reached the
-// server.
+// paused. The attempt stays counted: a claim counts as an attempt,
+// since a worker cannot always know whether its request reached the
+// server (attempt_count > 0 means "may have").
 func (s *Store) Release(ctx context.Context, id, owner string) error {
 	return s.update(ctx, func(tx *txw) error {
 		op, err := tx.owned(id, owner, StatePending)
@@ -197,6 +198,7 @@ func (s *Store) Retry(ctx context.Context, id string) (Operation, error) {
 			return err
 		}
 		op.NextAttemptAt = tx.now
+		op.UserRetriedAt = tx.now
 		op.LastErrorCode, op.LastError = "", ""
 		if err := tx.readyPut(op); err != nil {
 			return err

@@ -74,6 +74,10 @@ type Operation struct {
 	LastError          string          `json:"lastError,omitempty"`
 	CreatedAt          time.Time       `json:"createdAt"`
 	CompletedAt        time.Time       `json:"completedAt,omitzero"`
+	// UserRetriedAt is when the user last retried the operation after a
+	// permanent failure (zero: never). A user's retry confirms the
+	// intent, so the daemon's age guard no longer holds it back.
+	UserRetriedAt time.Time `json:"userRetriedAt,omitzero"`
 	// RequestFingerprint identifies the app request that made this
 	// operation (see Write.RequestFingerprint).
 	RequestFingerprint string `json:"requestFingerprint,omitempty"`

@@ -158,6 +158,12 @@ func TestUpdateIsMergePatchAndCarriesFullData(t *testing.T) {
 	if string(r.Entity.Data) != want || string(r.Operation.Payload) != want {
 		t.Fatalf("data = %s, payload = %s, want %s", r.Entity.Data, r.Operation.Payload, want)
 	}
+	// An object patch onto a missing or non-object member: its nulls
+	// delete, they are not stored (RFC 7396).
+	r2 := mustApply(t, s, Write{Op: OpUpdate, EntityID: "n1", Data: json.RawMessage(`{"title":{"x":null,"y":1},"new":{"a":null}}`)})
+	if want := `{"n":1.50,"new":{},"tags":{"x":1,"z":3},"title":{"y":1}}`; string(r2.Entity.Data) != want {
+		t.Fatalf("nested nulls: data = %s, want %s", r2.Entity.Data, want)
+	}
 	if r.Operation.PayloadVersion != 2 || r.Entity.Version != 2 {
 		t.Fatalf("versions: op %d entity %d", r.Operation.PayloadVersion, r.Entity.Version)
 	}

@@ -29,8 +29,10 @@ const (
 	// DefaultConcurrency bounds how many operations are sent at once.
 	DefaultConcurrency = 4
 	// DefaultLease is how long a claimed operation belongs to its worker:
-	// three times transport.DefaultTimeout, so a send always ends (and is
-	// recorded) before its lease could be taken over.
+	// three times transport.DefaultTimeout. A send is cut off at two
+	// thirds of it, which leaves the rest for recording the outcome; a
+	// worker that still overruns loses the lease, and a second send of
+	// the same key is replayed by the server.
 	DefaultLease = 3 * transport.DefaultTimeout
 	// DefaultSweepInterval is how often the retention sweep runs.
 	DefaultSweepInterval = 10 * time.Minute

@@ -88,8 +88,10 @@ func (d *Daemon) Logout(ctx context.Context, policy LogoutPolicy, force bool) (p
 
 // AccountWrite runs fn, an app write, with the current session's
 // account, and keeps Logout from running until fn returns: a write that
-// read the account always lands before the account is signed out or
-// purged, never after. It returns ErrNoSession when signed out.
+// read the account lands before that account is signed out or purged,
+// never after. (A switch to another account with SetSession does not
+// wait: the write still lands in the account it was made in.) It
+// returns ErrNoSession when signed out.
 func (d *Daemon) AccountWrite(fn func(accountID string) error) error {
 	d.writes.RLock()
 	defer d.writes.RUnlock()

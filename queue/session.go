@@ -68,8 +68,8 @@ func (s *Store) AppendEvent(ctx context.Context, e Event) (Event, error) {
 	return out, err
 }
 
-// PurgeAccount deletes every entity and operation of account (logout with
-// the purge policy). Unless force is set it refuses, with
+// PurgeAccount deletes every entity and operation of account, and the
+// stored session if it is that account's (logout with the purge policy). Unless force is set it refuses, with
 // ErrNotPurgeable, while the account has operations that have not
 // reached the server.
 func (s *Store) PurgeAccount(ctx context.Context, account string, force bool) (removed int, err error) {
@@ -125,6 +125,16 @@ func (s *Store) PurgeAccount(ctx context.Context, account string, force bool) (r
 			}
 			if err := tx.deleteDone(op); err != nil {
 				return err
+			}
+		}
+		// The account's stored session goes in the same transaction: a
+		// crash never leaves a purged account signed in.
+		if v := tx.b(bucketMeta).Get(metaSession); v != nil {
+			var sess Session
+			if err := json.Unmarshal(v, &sess); err == nil && sess.AccountID == account {
+				if err := tx.del(tx.b(bucketMeta), metaSession); err != nil {
+					return err
+				}
 			}
 		}
 		return tx.event(Event{Type: EventAccountPurged, AccountID: account})

@@ -50,9 +50,10 @@ type Config struct {
 	// MaxBatch caps how many writes share one transaction (and one fsync)
 	// in group commit. Default 256.
 	MaxBatch int
-	// BatchWait bounds how long the committer waits for the writers it
-	// expects (as many as shared the previous transaction) before it
-	// commits a smaller batch. A lone writer never waits. Default 500µs.
+	// BatchWait bounds how long the writer leading a transaction waits
+	// for the writers it expects (as many as shared the previous
+	// transaction) before it commits a smaller batch. A lone writer never
+	// waits. Default 500µs.
 	BatchWait time.Duration
 	// OnCommit, if set, is called after each commit with the events the
 	// committed writes appended, in seq order. It runs on the committing

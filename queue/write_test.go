@@ -226,9 +226,15 @@ func TestPurgeAccount(t *testing.T) {
 	if _, err := s.PurgeAccount(ctx, "acct", false); !errors.Is(err, ErrNotPurgeable) {
 		t.Fatalf("purge with unsynced ops: %v", err)
 	}
+	if err := s.SaveSession(ctx, &Session{AccountID: "acct", AccessToken: "t"}, Event{}); err != nil {
+		t.Fatal(err)
+	}
 	n, err := s.PurgeAccount(ctx, "acct", true)
 	if err != nil || n != 1 {
 		t.Fatalf("forced purge = %d, %v", n, err)
+	}
+	if sess, err := s.LoadSession(); sess != nil || err != nil {
+		t.Fatalf("the purged account's session survives: %+v, %v", sess, err)
 	}
 	if _, err := s.GetEntity("acct", "note", "n1"); !errors.Is(err, ErrEntityNotFound) {
 		t.Fatalf("entity after purge: %v", err)

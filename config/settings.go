@@ -24,8 +24,8 @@ const (
 	DefaultLogFormat = "text"
 	// DefaultShutdownTimeout bounds a graceful stop: the sends in flight
 	// get this long to finish before they are cut off and their
-	// operations go back to pending. It stays below the 10 seconds the
-	// SysV init script waits for the process to exit.
+	// operations go back to pending. The API's own drain (up to 5 s) and
+	// the event streams' close come before it (see docs/service.md).
 	DefaultShutdownTimeout = 5 * time.Second
 	// FileName is the config file's name in the per-OS config directory.
 	FileName = "syncd.json"

@@ -159,6 +159,9 @@ func serviceInstall(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "syncd: installed %s (%s): syncd run %s\n", name, m.Kind(), strings.Join(runArgs, " "))
 	fmt.Fprintf(stdout, "syncd: data directory %s\n", l.Settings.DataDir)
+	if l.Settings.Remote == "" {
+		fmt.Fprintln(stderr, "syncd: warning: no --remote: the service syncs to the embedded reference server, which accepts any token; reinstall with --remote URL for real use")
+	}
 	if l.File != "" {
 		fmt.Fprintf(stdout, "syncd: config file %s\n", l.File)
 	}

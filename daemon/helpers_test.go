@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/syncd/syncd/internal/clocktest"
 	"github.com/syncd/syncd/internal/faultproxy"
 	"github.com/syncd/syncd/queue"
 	"github.com/syncd/syncd/remote"
@@ -30,26 +31,9 @@ func TestMain(m *testing.M) {
 }
 
 // fakeClock is the injected clock: time moves only when a test says so.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type fakeClock = clocktest.Clock
 
-func newClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *fakeClock { return clocktest.New() }
 
 // env is one end-to-end setup: a queue on a fake clock, the reference
 // server on loopback, the fault proxy in front of it, a transport

@@ -34,6 +34,15 @@ func entityTypeParam(r *http.Request) (string, error) {
 }
 
 // entityIDParam parses the {id} path value of an entity route.
+// entityPath returns the {type} and {id} of an entity's path.
+func entityPath(r *http.Request) (typ, id string, err error) {
+	if typ, err = entityTypeParam(r); err != nil {
+		return "", "", err
+	}
+	id, err = entityIDParam(r)
+	return typ, id, err
+}
+
 func entityIDParam(r *http.Request) (string, error) {
 	id := r.PathValue("id")
 	if err := queue.ValidateEntityID(id); err != nil {
@@ -95,12 +104,7 @@ func (s *Server) createEntity(w http.ResponseWriter, r *http.Request) {
 // PATCH /v1/entities/{type}/{id} {data} → 200 entity + operationId. data
 // is an RFC 7396 merge patch.
 func (s *Server) updateEntity(w http.ResponseWriter, r *http.Request) {
-	typ, err := entityTypeParam(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	id, err := entityIDParam(r)
+	typ, id, err := entityPath(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -119,12 +123,7 @@ func (s *Server) updateEntity(w http.ResponseWriter, r *http.Request) {
 
 // DELETE /v1/entities/{type}/{id} → 200 entity (deleted) + operationId.
 func (s *Server) deleteEntity(w http.ResponseWriter, r *http.Request) {
-	typ, err := entityTypeParam(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	id, err := entityIDParam(r)
+	typ, id, err := entityPath(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -202,12 +201,7 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, status int, body 
 
 // GET /v1/entities/{type}/{id} → 200 entity.
 func (s *Server) getEntity(w http.ResponseWriter, r *http.Request) {
-	typ, err := entityTypeParam(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	id, err := entityIDParam(r)
+	typ, id, err := entityPath(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return

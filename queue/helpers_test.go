@@ -4,10 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
-	"sync"
 	"testing"
-	"time"
 
+	"github.com/syncd/syncd/internal/clocktest"
 	"go.uber.org/goleak"
 )
 
@@ -19,26 +18,9 @@ func TestMain(m *testing.M) {
 }
 
 // fakeClock is the injected clock: time moves only when a test says so.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type fakeClock = clocktest.Clock
 
-func newClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *fakeClock { return clocktest.New() }
 
 // setup opens a fresh store in t.TempDir() and, at cleanup, closes it and
 // checks the file's consistency and every queue invariant.

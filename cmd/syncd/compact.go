@@ -21,14 +21,8 @@ func cmdCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, "usage: syncd compact [--data-dir DIR]   (stop syncd first)")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: compact: unexpected argument %q", errUsage, fs.Arg(0))
+	if err := parseFlags(fs, args, "compact"); err != nil {
+		return err
 	}
 	before, after, err := queue.Compact(filepath.Join(*dataDir, dataFileName))
 	if errors.Is(err, queue.ErrLocked) {

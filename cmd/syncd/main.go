@@ -89,6 +89,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
 }
 
+// parseFlags parses a command's flags, which take no positional
+// arguments: bad flags and stray arguments are usage errors (exit 2).
+func parseFlags(fs *flag.FlagSet, args []string, command string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: %s: unexpected argument %q", errUsage, command, fs.Arg(0))
+	}
+	return nil
+}
+
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: syncd <command> [flags]")
 	fmt.Fprintln(w)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -38,14 +37,8 @@ func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(stderr, "usage: syncd server --listen ADDR [--data-dir DIR | --postgres DSN] [--dev-tokens | --tokens FILE] [--retention D]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: server: unexpected argument %q", errUsage, fs.Arg(0))
+	if err := parseFlags(fs, args, "server"); err != nil {
+		return err
 	}
 	if (*dataDir == "") == (*pgDSN == "") {
 		return fmt.Errorf("%w: server: give exactly one of --data-dir and --postgres", errUsage)

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -69,14 +68,8 @@ func cmdService(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.SetOutput(stderr)
 	user := fs.Bool("user", false, "a per-user service instead of a system service")
 	name := fs.String("service-name", cmp.Or(os.Getenv("SYNCD_SERVICE_NAME"), config.DefaultServiceName), "name of the service (env SYNCD_SERVICE_NAME)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: service %s: unexpected argument %q", errUsage, action, fs.Arg(0))
+	if err := parseFlags(fs, args, "service "+action); err != nil {
+		return err
 	}
 	if err := config.ValidServiceName(*name); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -123,14 +116,8 @@ func serviceInstall(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: service install: unexpected argument %q", errUsage, fs.Arg(0))
+	if err := parseFlags(fs, args, "service install"); err != nil {
+		return err
 	}
 	scope := config.System
 	if *user {

@@ -54,7 +54,7 @@ wait:
 	if err := <-loggedOut; err != nil {
 		t.Fatal(err)
 	}
-	left, err := e.store.ListEntities("alice", "note", queue.ListOptions{})
+	left, _, err := e.store.ListEntities("alice", "note", queue.ListOptions{})
 	if err != nil || len(left) != 0 {
 		t.Fatalf("%d entities of the purged account survive: %v", len(left), err)
 	}

@@ -339,11 +339,13 @@ func (f fakeStore) Apply(context.Context, queue.Write) (queue.Result, error) {
 func (f fakeStore) GetEntity(string, string, string) (queue.Entity, error) {
 	return queue.Entity{}, f.err
 }
-func (f fakeStore) ListEntities(string, string, queue.ListOptions) ([]queue.Entity, error) {
-	return nil, f.err
+func (f fakeStore) ListEntities(string, string, queue.ListOptions) ([]queue.Entity, string, error) {
+	return nil, "", f.err
 }
-func (f fakeStore) GetOperation(string) (queue.Operation, error)                { return queue.Operation{}, f.err }
-func (f fakeStore) ListOperations(queue.ListOptions) ([]queue.Operation, error) { return nil, f.err }
+func (f fakeStore) GetOperation(string) (queue.Operation, error) { return queue.Operation{}, f.err }
+func (f fakeStore) ListOperations(queue.ListOptions) ([]queue.Operation, string, error) {
+	return nil, "", f.err
+}
 func (f fakeStore) Retry(context.Context, string) (queue.Operation, error) {
 	return queue.Operation{}, f.err
 }

@@ -248,17 +248,14 @@ func (s *Server) listEntities(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	items, err := s.store.ListEntities(account, typ, opts)
+	items, next, err := s.store.ListEntities(account, typ, opts)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	ans := listAnswer[entityAnswer]{Items: make([]entityAnswer, len(items))}
+	ans := listAnswer[entityAnswer]{Items: make([]entityAnswer, len(items)), Next: next}
 	for i, e := range items {
 		ans.Items[i] = entityAnswer{Entity: e}
-	}
-	if len(items) == opts.Limit {
-		ans.Next = items[len(items)-1].ID
 	}
 	writeJSON(w, http.StatusOK, ans)
 }

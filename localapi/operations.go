@@ -53,7 +53,7 @@ func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) {
 	if opts.AccountID == "" {
 		opts.AccountID, _ = s.d.Account()
 	}
-	ops, err := s.store.ListOperations(opts)
+	ops, next, err := s.store.ListOperations(opts)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -61,10 +61,7 @@ func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) {
 	for i := range ops {
 		ops[i].Payload = nil
 	}
-	ans := listAnswer[queue.Operation]{Items: ops}
-	if len(ops) == opts.Limit {
-		ans.Next = strconv.FormatUint(ops[len(ops)-1].Seq, 10)
-	}
+	ans := listAnswer[queue.Operation]{Items: ops, Next: next}
 	writeJSON(w, http.StatusOK, ans)
 }
 

@@ -52,9 +52,9 @@ type Daemon interface {
 type Store interface {
 	Apply(ctx context.Context, w queue.Write) (queue.Result, error)
 	GetEntity(account, entityType, id string) (queue.Entity, error)
-	ListEntities(account, entityType string, opts queue.ListOptions) ([]queue.Entity, error)
+	ListEntities(account, entityType string, opts queue.ListOptions) ([]queue.Entity, string, error)
 	GetOperation(id string) (queue.Operation, error)
-	ListOperations(opts queue.ListOptions) ([]queue.Operation, error)
+	ListOperations(opts queue.ListOptions) ([]queue.Operation, string, error)
 	Retry(ctx context.Context, id string) (queue.Operation, error)
 	Discard(ctx context.Context, id string) error
 }

@@ -40,13 +40,21 @@ func clampLimit(n int) int {
 	return n
 }
 
+// MaxListScan bounds the rows one listing reads, so a filter that
+// matches little never holds a read transaction (and so the remap a
+// growing write needs) for long; the listing then returns fewer items and
+// a cursor to go on from.
+const MaxListScan = 10000
+
 // ListEntities pages through the live entities of one type of account in
-// id order, after opts.After, filtered by opts.SyncState.
-func (s *Store) ListEntities(account, entityType string, opts ListOptions) ([]Entity, error) {
+// id order, after opts.After, filtered by opts.SyncState. next is the
+// cursor of the following page ("" at the end); a page may hold fewer
+// than opts.Limit items and still have a next (see MaxListScan).
+func (s *Store) ListEntities(account, entityType string, opts ListOptions) (items []Entity, next string, err error) {
 	limit := clampLimit(opts.Limit)
 	prefix := []byte(partitionKey(account, entityType, ""))
-	out := []Entity{}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	items = []Entity{}
+	err = s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketEntities).Cursor()
 		k, v := c.Seek(prefix)
 		if opts.After != "" {
@@ -56,19 +64,26 @@ func (s *Store) ListEntities(account, entityType string, opts ListOptions) ([]En
 				k, v = c.Next()
 			}
 		}
-		for ; k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, v = c.Next() {
+		last := ""
+		for scanned := 0; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			if len(items) == limit || scanned == MaxListScan {
+				next = last // more rows follow: go on after the last one read
+				return nil
+			}
+			scanned++
 			var e Entity
 			if err := json.Unmarshal(v, &e); err != nil {
 				return err
 			}
+			last = e.ID
 			if e.Deleted || opts.SyncState != "" && e.SyncState != opts.SyncState {
 				continue
 			}
-			out = append(out, e)
+			items = append(items, e)
 		}
 		return nil
 	})
-	return out, err
+	return items, next, err
 }
 
 // GetOperation returns an operation by id.
@@ -85,33 +100,43 @@ func (s *Store) GetOperation(id string) (Operation, error) {
 }
 
 // ListOperations pages through operations in queue order (seq), after
-// the seq in opts.After, filtered by state and account.
-func (s *Store) ListOperations(opts ListOptions) ([]Operation, error) {
+// the seq in opts.After, filtered by state and account. next is the
+// cursor of the following page ("" at the end); a page may hold fewer
+// than opts.Limit items and still have a next (see MaxListScan).
+func (s *Store) ListOperations(opts ListOptions) (items []Operation, next string, err error) {
 	limit := clampLimit(opts.Limit)
 	var after uint64
 	if opts.After != "" {
 		n, err := strconv.ParseUint(opts.After, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("%w: list cursor %q is not a sequence number", ErrInvalidCursor, opts.After)
+			return nil, "", fmt.Errorf("%w: list cursor %q is not a sequence number", ErrInvalidCursor, opts.After)
 		}
 		after = n
 	}
-	out := []Operation{}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	items = []Operation{}
+	err = s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketOps).Cursor()
-		for k, v := c.Seek(u64(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
+		var last uint64
+		scanned := 0
+		for k, v := c.Seek(u64(after + 1)); k != nil; k, v = c.Next() {
+			if len(items) == limit || scanned == MaxListScan {
+				next = strconv.FormatUint(last, 10) // more rows follow
+				return nil
+			}
+			scanned++
 			var op Operation
 			if err := json.Unmarshal(v, &op); err != nil {
 				return err
 			}
+			last = op.Seq
 			if opts.State != "" && op.State != opts.State || opts.AccountID != "" && op.AccountID != opts.AccountID {
 				continue
 			}
-			out = append(out, op)
+			items = append(items, op)
 		}
 		return nil
 	})
-	return out, err
+	return items, next, err
 }
 
 // Stats returns the counts per state, the oldest unfinished operation's

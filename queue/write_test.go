@@ -279,3 +279,37 @@ func TestSweepAndEvents(t *testing.T) {
 		t.Fatalf("history after sweep: oldest %d, %d events", oldest, len(evs))
 	}
 }
+
+// A filter that matches little reads at most MaxListScan rows per call
+// and hands back a cursor, so no listing holds a long read transaction.
+func TestListScanIsBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{NoSync: true})
+	fill(t, s, MaxListScan+5)
+	if _, err := s.Claim(ctx, "acct", "w", time.Minute); err != nil { // op 1
+		t.Fatal(err)
+	}
+	if err := s.Fail(ctx, "op00000000", "w", "validation", "x"); err != nil {
+		t.Fatal(err)
+	}
+	page, next, err := s.ListOperations(ListOptions{State: StatePermanentFailed, Limit: 10})
+	if err != nil || len(page) != 1 || next == "" {
+		t.Fatalf("first page: %d items, next %q, %v", len(page), next, err)
+	}
+	var total int
+	for next != "" {
+		page, next, err = s.ListOperations(ListOptions{State: StatePermanentFailed, Limit: 10, After: next})
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(page)
+	}
+	if total != 0 {
+		t.Fatalf("later pages found %d failed operations, want 0", total)
+	}
+	all, next, err := s.ListEntities("acct", "note", ListOptions{Limit: 5})
+	if err != nil || len(all) != 5 || next != all[4].ID {
+		t.Fatalf("entities page: %d items, next %q, %v", len(all), next, err)
+	}
+}

@@ -107,7 +107,7 @@ func TestRunSIGTERMDuringWrites(t *testing.T) {
 			t.Errorf("operation of %s: %v", id, err)
 		}
 	}
-	sending, err := store.ListOperations(queue.ListOptions{State: queue.StateSending})
+	sending, _, err := store.ListOperations(queue.ListOptions{State: queue.StateSending})
 	if err != nil {
 		t.Fatal(err)
 	}

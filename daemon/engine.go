@@ -170,8 +170,8 @@ func (d *Daemon) claim(ctx context.Context) (c claimed, ok bool, err error) {
 	if !ok {
 		return c, false, nil
 	}
-	// A read first: a claim that finds nothing would still cost a write
-	// transaction (and an fsync) in the committer.
+	// A read first: a claim that finds nothing costs a write transaction
+	// slot in the queue's group commit, even though it rolls back.
 	at, ok, err := d.store.NextWake(sess.account)
 	if err != nil || !ok || at.After(d.now()) {
 		return c, false, err

@@ -13,19 +13,25 @@ import (
 
 // GetEntity returns a live (not deleted) entity of account.
 func (s *Store) GetEntity(account, entityType, id string) (Entity, error) {
+	e, err := s.EntityRow(account, entityType, id)
+	if err == nil && e.Deleted {
+		return Entity{}, fmt.Errorf("%w: %s/%s", ErrEntityNotFound, entityType, id)
+	}
+	return e, err
+}
+
+// EntityRow returns an entity's stored row, including one deleted locally
+// whose delete has not reached the server yet (GetEntity hides those).
+// The daemon reads it at send time for the server id an update or delete
+// is addressed to.
+func (s *Store) EntityRow(account, entityType, id string) (Entity, error) {
 	var e Entity
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketEntities).Get(entityKey(account, entityType, id))
 		if v == nil {
 			return fmt.Errorf("%w: %s/%s", ErrEntityNotFound, entityType, id)
 		}
-		if err := json.Unmarshal(v, &e); err != nil {
-			return err
-		}
-		if e.Deleted {
-			return fmt.Errorf("%w: %s/%s", ErrEntityNotFound, entityType, id)
-		}
-		return nil
+		return json.Unmarshal(v, &e)
 	})
 	return e, err
 }

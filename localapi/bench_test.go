@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -26,6 +27,13 @@ import (
 //
 // It reports http_creates/s, direct_creates/s and ratio (the first over
 // the second). Targets: ratio ≥ 0.8 at 1 client, ≥ 0.5 at 64.
+//
+// A fourth leg, bare, is net/http's own floor: a handler that does only
+// what no API can skip (read the body, pull out data, Apply, answer 201)
+// on its own store, behind the same client. bare_over_boltbatch is the
+// best ratio any net/http server could reach here; http_over_bare is
+// what syncd's API (guard, strict parsing, daemon, response) costs on
+// top of it.
 func BenchmarkDurableCreates(b *testing.B) {
 	for _, clients := range []int{1, 8, 64} {
 		for _, withKey := range []bool{false, true} {
@@ -54,6 +62,27 @@ func benchCreates(b *testing.B, clients int, withKey bool) {
 	boltBatch.DB().MaxBatchSize = clients
 	e := setup(b, envOptions{account: "alice", durable: true})
 	url := e.url + "/v1/entities/note"
+	bare, err := queue.Open(filepath.Join(b.TempDir(), "bare.db"), queue.Config{Logger: discardLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bare.Close()
+	bareSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct{ Data json.RawMessage }
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		op, err := bare.Apply(r.Context(), queue.Write{Op: queue.OpCreate, OperationID: r.Header.Get("Idempotency-Key"), AccountID: "alice", EntityType: "note", Data: in.Data})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"operationId":%q}`, op.Operation.ID)
+	}))
+	defer bareSrv.Close()
 	data := func(i int) string {
 		return fmt.Sprintf(`{"title":"note %d","body":"%s","done":false}`, i, strings.Repeat("x", 64))
 	}
@@ -62,8 +91,15 @@ func benchCreates(b *testing.B, clients int, withKey bool) {
 	chunk := max(100, 8*clients)
 	rounds := max(2, b.N/chunk)
 	per := max(1, b.N/rounds)
-	var httpDur, directDur, batchDur time.Duration
+	var httpDur, directDur, batchDur, bareDur time.Duration
 	var seq atomic.Int64
+	post := func(url string, i int) error {
+		key := ""
+		if withKey {
+			key = fmt.Sprintf("http-%d", i)
+		}
+		return postCreate(e, url, `{"data":`+data(i)+`}`, key)
+	}
 	b.ResetTimer()
 	for range rounds {
 		b.StopTimer()
@@ -87,29 +123,9 @@ func benchCreates(b *testing.B, clients int, withKey bool) {
 			_, err := boltBatch.ApplyViaBoltBatch(context.Background(), w)
 			return err
 		})
+		bareDur += parallel(b, clients, per, func() error { return post(bareSrv.URL, int(seq.Add(1))) })
 		b.StartTimer()
-		httpDur += parallel(b, clients, per, func() error {
-			i := int(seq.Add(1))
-			req, err := http.NewRequest("POST", url, strings.NewReader(`{"data":`+data(i)+`}`))
-			if err != nil {
-				return err
-			}
-			req.Header.Set("Authorization", "Bearer "+testToken)
-			req.Header.Set("Content-Type", "application/json")
-			if withKey {
-				req.Header.Set("Idempotency-Key", fmt.Sprintf("http-%d", i))
-			}
-			res, err := e.client.Do(req)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			if res.StatusCode != http.StatusCreated {
-				return fmt.Errorf("status %d", res.StatusCode)
-			}
-			return err
-		})
+		httpDur += parallel(b, clients, per, func() error { return post(url, int(seq.Add(1))) })
 	}
 	b.StopTimer()
 	n := float64(per * rounds)
@@ -119,11 +135,38 @@ func benchCreates(b *testing.B, clients int, withKey bool) {
 	b.ReportMetric(directRate, "direct_creates/s")
 	batchRate := n / batchDur.Seconds()
 	b.ReportMetric(batchRate, "boltbatch_creates/s")
+	bareRate := n / bareDur.Seconds()
+	b.ReportMetric(bareRate, "bare_creates/s")
 	// ratio: against the store's own group commit (the stricter ceiling);
 	// ratio_vs_boltbatch: against bbolt's DB.Batch sized to the writers,
 	// the ceiling the design names.
 	b.ReportMetric(httpRate/directRate, "ratio")
 	b.ReportMetric(httpRate/batchRate, "ratio_vs_boltbatch")
+	b.ReportMetric(bareRate/batchRate, "bare_over_boltbatch")
+	b.ReportMetric(httpRate/bareRate, "http_over_bare")
+}
+
+// postCreate is one create through the API at url, as an app makes it.
+func postCreate(e *env, url, body, key string) error {
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	res, err := e.client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		return fmt.Errorf("%s: status %d", url, res.StatusCode)
+	}
+	return err
 }
 
 // parallel runs fn n times from clients goroutines and returns the wall

@@ -557,3 +557,25 @@ func TestResendAfterRetention(t *testing.T) {
 		}
 	})
 }
+
+// The pool has DefaultPostgresMaxConns connections unless the DSN says
+// otherwise.
+func TestPostgresPoolSize(t *testing.T) {
+	dsn := idempotencytest.PostgresDSN(t)
+	for _, tc := range []struct {
+		dsn  string
+		want int32
+	}{
+		{dsn, DefaultPostgresMaxConns()},
+		{dsn + "&pool_max_conns=3", 3},
+	} {
+		pool, err := openPool(context.Background(), tc.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pool.Config().MaxConns; got != tc.want {
+			t.Errorf("%s: MaxConns %d, want %d", tc.dsn, got, tc.want)
+		}
+		pool.Close()
+	}
+}

@@ -42,7 +42,7 @@ type Config struct {
 	// owning it and closes it after Close.
 	BoltDB *bolt.DB
 	// PostgresDSN is a PostgreSQL connection string; the server opens
-	// and closes its own pool (DefaultPostgresMaxConns connections unless
+	// and closes its own pool (DefaultPostgresMaxConns() connections unless
 	// the DSN sets pool_max_conns). Tables go into the search_path.
 	PostgresDSN string
 	// PostgresPool is an open pool to use instead; the caller keeps

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 
@@ -13,8 +14,16 @@ import (
 )
 
 // DefaultPostgresMaxConns is the pool size used when the DSN does not set
-// pool_max_conns.
-const DefaultPostgresMaxConns = 32
+// pool_max_conns: PostgreSQL's own sizing advice, about two connections
+// per core plus one, with this machine's cores standing in for the
+// database's (the reference server's database usually runs beside it).
+// More connections than the database has cores to run them only queue
+// inside PostgreSQL: on a 2-core machine gated creates per second at 16
+// clients peaked at 4–6 connections and fell by a tenth at 12 and 32.
+// Duplicates of an in-flight key wait in the gate, not on a connection,
+// unless they arrive at another replica. Set pool_max_conns for a bigger
+// database.
+func DefaultPostgresMaxConns() int32 { return int32(2*runtime.GOMAXPROCS(0) + 1) }
 
 const pgMigrationLock = 0x73796e6364_02 // "syncd" 02
 
@@ -49,7 +58,7 @@ func openPool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("remote: PostgreSQL DSN: %w", err)
 	}
 	if !strings.Contains(dsn, "pool_max_conns") {
-		cfg.MaxConns = DefaultPostgresMaxConns
+		cfg.MaxConns = DefaultPostgresMaxConns()
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

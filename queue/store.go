@@ -23,6 +23,7 @@ const (
 	DefaultEventHistory  = 10000
 	DefaultMaxBatch      = 256
 	DefaultBatchWait     = 500 * time.Microsecond
+	DefaultDeferWait     = 2 * time.Millisecond
 	DefaultListLimit     = 100
 	MaxListLimit         = 1000
 )
@@ -55,6 +56,11 @@ type Config struct {
 	// transaction) before it commits a smaller batch. A lone writer never
 	// waits. Default 500µs.
 	BatchWait time.Duration
+	// DeferWait bounds how long a transaction whose writes are all
+	// deferrable (see Deferrable) waits for more writes to share its
+	// commit. A write that is not deferrable ends the wait at once.
+	// Default 2ms; negative: never wait.
+	DeferWait time.Duration
 	// OnCommit, if set, is called after each commit with the events the
 	// committed writes appended, in seq order. It runs on the committing
 	// goroutine: it must not block and must not call the Store.
@@ -96,6 +102,7 @@ func Open(path string, cfg Config) (*Store, error) {
 	cfg.EventHistory = cmp.Or(cfg.EventHistory, DefaultEventHistory)
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, DefaultMaxBatch)
 	cfg.BatchWait = cmp.Or(cfg.BatchWait, DefaultBatchWait)
+	cfg.DeferWait = cmp.Or(cfg.DeferWait, DefaultDeferWait)
 
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:      cfg.LockTimeout,
@@ -191,9 +198,10 @@ func (s *Store) emit(events []Event) {
 
 // commitReq is one write waiting for its transaction.
 type commitReq struct {
-	fn       func(*txw) error
-	done     chan error // buffered 1: whoever answers never blocks
-	answered bool
+	fn         func(*txw) error
+	done       chan error // buffered 1: whoever answers never blocks
+	deferrable bool       // may wait DeferWait for company
+	answered   bool
 	// refused holds the error of a write that failed before writing; it
 	// is answered once the transaction has ended, so no caller runs
 	// while the batch still commits.
@@ -223,7 +231,7 @@ func (s *Store) update(ctx context.Context, fn func(*txw) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	req := &commitReq{fn: fn, done: make(chan error, 1)}
+	req := &commitReq{fn: fn, done: make(chan error, 1), deferrable: isDeferrable(ctx)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -262,7 +270,10 @@ func (s *Store) update(ctx context.Context, fn func(*txw) error) error {
 // together come back together, microseconds apart; so when the previous
 // transaction was shared by k writers, the leader waits (at most
 // BatchWait) for k before committing, instead of committing the first
-// alone and the rest after it. A lone writer (k = 1) never waits.
+// alone and the rest after it. A lone writer (k = 1) never waits. A batch
+// of only deferrable writes (see Deferrable) then waits up to DeferWait
+// for company, until a write that is not deferrable arrives or the batch
+// is full.
 func (s *Store) lead() {
 	s.mu.Lock()
 	batch := s.take(nil)
@@ -278,6 +289,21 @@ func (s *Store) lead() {
 				s.mu.Unlock()
 			case <-timer.C:
 				break wait
+			}
+		}
+		timer.Stop()
+	}
+	if s.cfg.DeferWait > 0 && allDeferrable(batch) {
+		timer := time.NewTimer(s.cfg.DeferWait)
+	deferred:
+		for len(batch) < s.cfg.MaxBatch && allDeferrable(batch) {
+			select {
+			case <-s.arrived:
+				s.mu.Lock()
+				batch = s.take(batch)
+				s.mu.Unlock()
+			case <-timer.C:
+				break deferred
 			}
 		}
 		timer.Stop()
@@ -430,4 +456,32 @@ func (s *Store) fileSize() int64 {
 		return 0
 	}
 	return fi.Size()
+}
+
+type deferrableKey struct{}
+
+// Deferrable returns a context whose writes may wait up to
+// Config.DeferWait for other writes to share their commit (and fsync)
+// instead of committing at once. It is for writers with nothing to
+// answer meanwhile: the engine records an outcome deferrably while other
+// sends are in flight, whose outcomes will arrive within milliseconds, so
+// one fsync records several. Durability is unchanged; only when the
+// commit happens.
+func Deferrable(ctx context.Context) context.Context {
+	return context.WithValue(ctx, deferrableKey{}, true)
+}
+
+func isDeferrable(ctx context.Context) bool {
+	v, _ := ctx.Value(deferrableKey{}).(bool)
+	return v
+}
+
+// allDeferrable reports whether every write in b may wait for company.
+func allDeferrable(b []*commitReq) bool {
+	for _, r := range b {
+		if !r.deferrable {
+			return false
+		}
+	}
+	return true
 }

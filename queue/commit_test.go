@@ -1,0 +1,118 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// commitCounter opens a store whose OnCommit counts commits.
+func commitCounter(t *testing.T, cfg Config) (*Store, *atomic.Int64) {
+	t.Helper()
+	var commits atomic.Int64
+	cfg.NoSync = true
+	cfg.OnCommit = func([]Event) { commits.Add(1) }
+	s, _ := setup(t, cfg)
+	return s, &commits
+}
+
+// applyAsync applies a create of entity id in the background; the
+// returned channel gets its error.
+func applyAsync(ctx context.Context, s *Store, id string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Apply(ctx, Write{Op: OpCreate, AccountID: "acct", EntityType: "note", EntityID: id, Data: json.RawMessage(`{}`)})
+		done <- err
+	}()
+	return done
+}
+
+// waitLeading returns once a writer leads a transaction and has taken
+// every queued write into its batch, or once first has answered (which
+// fails the test).
+func waitLeading(t *testing.T, s *Store, first <-chan error) {
+	t.Helper()
+	for {
+		select {
+		case err := <-first:
+			t.Fatalf("the first write answered (%v) before a second arrived", err)
+		default:
+		}
+		s.mu.Lock()
+		taken := s.leading && len(s.pending) == 0
+		s.mu.Unlock()
+		if taken {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+// watchdog fails the test if done does not answer within a minute (the
+// waits under test are an hour long).
+func watchdog(t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: still waiting after a minute", what)
+	}
+}
+
+// A deferrable write that leads waits for the next one, and both share a
+// commit, even though the first arrived alone.
+func TestDeferrableWritesShareACommit(t *testing.T) {
+	s, commits := commitCounter(t, Config{DeferWait: time.Hour, MaxBatch: 2})
+	ctx := Deferrable(context.Background())
+	first := applyAsync(ctx, s, "a")
+	waitLeading(t, s, first)
+	second := applyAsync(ctx, s, "b")
+	watchdog(t, first, "first write") // the batch is full at two
+	watchdog(t, second, "second write")
+	if n := commits.Load(); n != 1 {
+		t.Fatalf("%d commits, want 1 shared by both writes", n)
+	}
+}
+
+// A write that is not deferrable (an app's) ends the wait at once.
+func TestNonDeferrableWriteEndsTheWait(t *testing.T) {
+	s, commits := commitCounter(t, Config{DeferWait: time.Hour})
+	first := applyAsync(Deferrable(context.Background()), s, "a")
+	waitLeading(t, s, first)
+	app := applyAsync(context.Background(), s, "b")
+	watchdog(t, app, "app write")
+	watchdog(t, first, "deferrable write")
+	if n := commits.Load(); n != 1 {
+		t.Fatalf("%d commits, want 1 shared by both writes", n)
+	}
+}
+
+// Without DeferWait, or with writes that are not deferrable, each lone
+// write commits at once.
+func TestWritesCommitAtOnceWithoutDeferral(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wait time.Duration
+		ctx  context.Context
+	}{
+		{"deferral off", -1, Deferrable(context.Background())},
+		{"not deferrable", time.Hour, context.Background()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, commits := commitCounter(t, Config{DeferWait: tc.wait})
+			for i := range 3 {
+				watchdog(t, applyAsync(tc.ctx, s, fmt.Sprint(i)), "write")
+			}
+			if n := commits.Load(); n != 3 {
+				t.Fatalf("%d commits, want 3", n)
+			}
+		})
+	}
+}

@@ -115,6 +115,7 @@ type Daemon struct {
 	rnd        func(n int64) int64
 	owner      string // lease owner prefix; each claim adds a number
 	claims     atomic.Uint64
+	inSend     atomic.Int64 // sends in flight
 	metrics    *metrics
 	hooks      hooks
 

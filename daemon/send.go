@@ -71,7 +71,9 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 		d.release(c, "session changed")
 		return next, false
 	}
+	d.inSend.Add(1)
 	o := d.sender.Send(ctx, req)
+	d.inSend.Add(-1)
 	leaseCut := errors.Is(ctx.Err(), context.DeadlineExceeded) && hard.Err() == nil && c.sess.ctx.Err() == nil
 	unhook()
 	cancel()
@@ -117,6 +119,14 @@ func (d *Daemon) request(op queue.Operation, token string) (transport.Request, e
 func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (next claimed, ok bool) {
 	op := c.op
 	ctx := context.Background() // the outcome must land even while stopping
+	if d.inSend.Load() > 0 {
+		// Other sends are in flight and their outcomes are due within
+		// milliseconds: let this one wait for them (Config.DeferWait) and
+		// share their commit. Fewer fsyncs on the disk the app's writes
+		// use too; an outcome that is lost to a crash meanwhile is only
+		// sent again and answered from the server's idempotency record.
+		ctx = queue.Deferrable(ctx)
+	}
 	switch o.Decision {
 	case transport.Done:
 		d.metrics.attempt(doneResult(o))

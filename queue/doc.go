@@ -22,6 +22,12 @@
 // goroutine to hand off to. When a method returns nil its change is on
 // disk. BenchmarkWritePath keeps the comparison.
 //
+// A writer with nothing to answer meanwhile may mark its write
+// Deferrable: a batch of only such writes waits up to Config.DeferWait
+// (2ms) for more, so one fsync records several. The daemon records its
+// send outcomes that way while other sends are in flight; an app's write
+// is never deferrable and ends such a wait when it arrives.
+//
 // # Ordering
 //
 // The partition key is account + entity type + local entity id. Only the

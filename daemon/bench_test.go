@@ -42,7 +42,7 @@ func BenchmarkDrain(b *testing.B) {
 }
 
 func benchDrain(b *testing.B, conc int) {
-	const rounds = 4
+	const rounds = 8
 	per := max(b.N/rounds, 16)
 	n := per * rounds
 	srv, err := remote.New(remote.Config{DataDir: b.TempDir(), DevTokens: true})

@@ -120,11 +120,12 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 	op := c.op
 	ctx := context.Background() // the outcome must land even while stopping
 	if d.inSend.Load() > 0 {
-		// Other sends are in flight and their outcomes are due within
-		// milliseconds: let this one wait for them (Config.DeferWait) and
-		// share their commit. Fewer fsyncs on the disk the app's writes
-		// use too; an outcome that is lost to a crash meanwhile is only
-		// sent again and answered from the server's idempotency record.
+		// Other sends are in flight, and under load their outcomes
+		// arrive within milliseconds: let this one wait for them (at most
+		// the queue's DeferWait, 2ms) and share their commit. Fewer
+		// fsyncs on the disk the app's writes use too; an outcome lost to
+		// a crash meanwhile is only sent again and answered from the
+		// server's idempotency record.
 		ctx = queue.Deferrable(ctx)
 	}
 	switch o.Decision {

@@ -28,12 +28,11 @@ import (
 // It reports http_creates/s, direct_creates/s and ratio (the first over
 // the second). Targets: ratio ≥ 0.8 at 1 client, ≥ 0.5 at 64.
 //
-// A fourth leg, bare, is net/http's own floor: a handler that does only
-// what no API can skip (read the body, pull out data, Apply, answer 201)
-// on its own store, behind the same client. bare_over_boltbatch is the
-// best ratio any net/http server could reach here; http_over_bare is
-// what syncd's API (guard, strict parsing, daemon, response) costs on
-// top of it.
+// A fourth leg, bare, is a reference point for net/http itself: a
+// handler that only reads the body, pulls out data, Applies and answers
+// 201, on its own store, behind the same client. bare_over_boltbatch is
+// about what a minimal net/http server reaches here; http_over_bare is
+// what syncd's API (guard, strict parsing, daemon, response) keeps of it.
 func BenchmarkDurableCreates(b *testing.B) {
 	for _, clients := range []int{1, 8, 64} {
 		for _, withKey := range []bool{false, true} {

@@ -116,3 +116,19 @@ func TestWritesCommitAtOnceWithoutDeferral(t *testing.T) {
 		})
 	}
 }
+
+// Writes that were waited for do not count as writers that arrive
+// together: the next lone write does not wait BatchWait for their like.
+func TestDeferredBatchDoesNotMakeTheNextWriteWait(t *testing.T) {
+	s, commits := commitCounter(t, Config{DeferWait: time.Hour, BatchWait: time.Hour, MaxBatch: 2})
+	ctx := Deferrable(context.Background())
+	first := applyAsync(ctx, s, "a")
+	waitLeading(t, s, first)
+	second := applyAsync(ctx, s, "b")
+	watchdog(t, first, "first write")
+	watchdog(t, second, "second write")
+	watchdog(t, applyAsync(context.Background(), s, "c"), "lone app write")
+	if n := commits.Load(); n != 2 {
+		t.Fatalf("%d commits, want 2", n)
+	}
+}

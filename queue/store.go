@@ -58,8 +58,9 @@ type Config struct {
 	BatchWait time.Duration
 	// DeferWait bounds how long a transaction whose writes are all
 	// deferrable (see Deferrable) waits for more writes to share its
-	// commit. A write that is not deferrable ends the wait at once.
-	// Default 2ms; negative: never wait.
+	// commit, after any BatchWait. A write that is not deferrable, a full
+	// batch or Close ends the wait at once. Default 2ms; negative: never
+	// wait.
 	DeferWait time.Duration
 	// OnCommit, if set, is called after each commit with the events the
 	// committed writes appended, in seq order. It runs on the committing
@@ -182,6 +183,10 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	select { // a leader waiting for company commits now
+	case s.arrived <- struct{}{}:
+	default:
+	}
 	s.inflight.Wait()
 	return s.db.Close()
 }
@@ -286,13 +291,20 @@ func (s *Store) lead() {
 			case <-s.arrived:
 				s.mu.Lock()
 				batch = s.take(batch)
+				closed := s.closed
 				s.mu.Unlock()
+				if closed {
+					break wait
+				}
 			case <-timer.C:
 				break wait
 			}
 		}
 		timer.Stop()
 	}
+	// Writers that came together, not those that were waited for: the
+	// next lone app write must not wait for company that was deferred.
+	s.expect = len(batch)
 	if s.cfg.DeferWait > 0 && allDeferrable(batch) {
 		timer := time.NewTimer(s.cfg.DeferWait)
 	deferred:
@@ -301,14 +313,17 @@ func (s *Store) lead() {
 			case <-s.arrived:
 				s.mu.Lock()
 				batch = s.take(batch)
+				closed := s.closed
 				s.mu.Unlock()
+				if closed {
+					break deferred
+				}
 			case <-timer.C:
 				break deferred
 			}
 		}
 		timer.Stop()
 	}
-	s.expect = len(batch)
 	s.commit(batch)
 
 	s.mu.Lock()
@@ -464,9 +479,9 @@ type deferrableKey struct{}
 // Config.DeferWait for other writes to share their commit (and fsync)
 // instead of committing at once. It is for writers with nothing to
 // answer meanwhile: the engine records an outcome deferrably while other
-// sends are in flight, whose outcomes will arrive within milliseconds, so
-// one fsync records several. Durability is unchanged; only when the
-// commit happens.
+// sends are in flight, whose outcomes under load arrive within
+// milliseconds, so one fsync records several. Durability is unchanged;
+// only when the commit happens.
 func Deferrable(ctx context.Context) context.Context {
 	return context.WithValue(ctx, deferrableKey{}, true)
 }

@@ -567,7 +567,7 @@ func TestPostgresPoolSize(t *testing.T) {
 		want int32
 	}{
 		{dsn, DefaultPostgresMaxConns()},
-		{dsn + "&pool_max_conns=3", 3},
+		{withPoolMaxConns(dsn, 3), 3},
 	} {
 		pool, err := openPool(context.Background(), tc.dsn)
 		if err != nil {
@@ -577,5 +577,17 @@ func TestPostgresPoolSize(t *testing.T) {
 			t.Errorf("%s: MaxConns %d, want %d", tc.dsn, got, tc.want)
 		}
 		pool.Close()
+	}
+}
+
+// withPoolMaxConns adds pool_max_conns to a URL or key=value DSN.
+func withPoolMaxConns(dsn string, n int) string {
+	switch {
+	case !strings.Contains(dsn, "://"):
+		return fmt.Sprintf("%s pool_max_conns=%d", dsn, n)
+	case strings.Contains(dsn, "?"):
+		return fmt.Sprintf("%s&pool_max_conns=%d", dsn, n)
+	default:
+		return fmt.Sprintf("%s?pool_max_conns=%d", dsn, n)
 	}
 }

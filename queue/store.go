@@ -284,45 +284,15 @@ func (s *Store) lead() {
 	batch := s.take(nil)
 	s.mu.Unlock()
 	if len(batch) < s.expect {
-		timer := time.NewTimer(s.cfg.BatchWait)
-	wait:
-		for len(batch) < s.expect {
-			select {
-			case <-s.arrived:
-				s.mu.Lock()
-				batch = s.take(batch)
-				closed := s.closed
-				s.mu.Unlock()
-				if closed {
-					break wait
-				}
-			case <-timer.C:
-				break wait
-			}
-		}
-		timer.Stop()
+		batch = s.gather(batch, s.cfg.BatchWait, func(b []*commitReq) bool { return len(b) < s.expect })
 	}
 	// Writers that came together, not those that were waited for: the
 	// next lone app write must not wait for company that was deferred.
 	s.expect = len(batch)
 	if s.cfg.DeferWait > 0 && allDeferrable(batch) {
-		timer := time.NewTimer(s.cfg.DeferWait)
-	deferred:
-		for len(batch) < s.cfg.MaxBatch && allDeferrable(batch) {
-			select {
-			case <-s.arrived:
-				s.mu.Lock()
-				batch = s.take(batch)
-				closed := s.closed
-				s.mu.Unlock()
-				if closed {
-					break deferred
-				}
-			case <-timer.C:
-				break deferred
-			}
-		}
-		timer.Stop()
+		batch = s.gather(batch, s.cfg.DeferWait, func(b []*commitReq) bool {
+			return len(b) < s.cfg.MaxBatch && allDeferrable(b)
+		})
 	}
 	s.commit(batch)
 
@@ -333,6 +303,28 @@ func (s *Store) lead() {
 		return
 	}
 	s.pending[0].done <- errBaton
+}
+
+// gather adds the writes that arrive to batch while more(batch) holds,
+// for at most wait, and not once the store is closing.
+func (s *Store) gather(batch []*commitReq, wait time.Duration, more func([]*commitReq) bool) []*commitReq {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for more(batch) {
+		select {
+		case <-s.arrived:
+			s.mu.Lock()
+			batch = s.take(batch)
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return batch
+			}
+		case <-timer.C:
+			return batch
+		}
+	}
+	return batch
 }
 
 // take moves up to MaxBatch queued writes into batch. s.mu is held.

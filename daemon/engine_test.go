@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,6 +109,53 @@ func TestNetworkErrorRetriesWithBackoff(t *testing.T) {
 		}
 		return strings.Join(got, ",") == `{"online":false},{"online":true}`
 	})
+}
+
+// When the remote answers again after network errors, what backed off
+// meanwhile goes at once, without waiting out its backoff; a server's
+// Retry-After is still honoured.
+func TestReconnectSendsWhatWaited(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{cfg: Config{Rand: func(n int64) int64 { return n - 1 }}}) // the longest backoff
+	var offline atomic.Bool
+	offline.Store(true)
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		switch {
+		case offline.Load():
+			return faultproxy.Action{Kind: faultproxy.Reset}
+		case r.KeySeen == 1:
+			return faultproxy.Action{Kind: faultproxy.Respond, Status: 503, RetryAfter: "30"}
+		}
+		return faultproxy.Action{}
+	})
+	waited := []string{e.create("n1", `{"v":1}`).Operation.ID, e.create("n2", `{"v":2}`).Operation.ID}
+	e.drain()
+	for _, id := range waited {
+		if op := e.wantState(id, queue.StateRetryWaiting); !op.NextAttemptAt.After(e.clock.Now()) || op.LastErrorCode != transport.CodeNetwork {
+			t.Fatalf("%s: next attempt %v, code %q; want later than now, network", id, op.NextAttemptAt, op.LastErrorCode)
+		}
+	}
+	if e.d.Online() {
+		t.Fatal("online while every send is reset")
+	}
+
+	// The network is back: a new write's send gets an answer (503 with
+	// Retry-After), and the two that waited go without the clock moving.
+	offline.Store(false)
+	start := e.clock.Now()
+	n3 := e.create("n3", `{"v":3}`).Operation.ID
+	e.drain()
+	for _, id := range waited {
+		e.wantState(id, queue.StateDone)
+	}
+	e.oneRecord("n1")
+	e.oneRecord("n2")
+	if op := e.wantState(n3, queue.StateRetryWaiting); op.NextAttemptAt.Before(start.Add(30 * time.Second)) {
+		t.Fatalf("n3: next attempt at +%v, before its Retry-After", op.NextAttemptAt.Sub(start))
+	}
+	if !e.clock.Now().Equal(start) {
+		t.Fatal("the clock moved")
+	}
 }
 
 // 401 pauses the account and emits session.refresh_needed; nothing is

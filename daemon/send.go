@@ -259,4 +259,28 @@ func (d *Daemon) contact(o transport.Outcome) {
 	if _, err := d.store.AppendEvent(context.Background(), queue.Event{Type: EventConnectivityChanged, Data: data}); err != nil {
 		d.logger.Error("daemon: append event", "type", EventConnectivityChanged, "err", err)
 	}
+	if online {
+		d.retryNow()
+	}
+}
+
+// retryNow sends at once what backed off while the remote was
+// unreachable: the remote answers again, so operations of the session's
+// account waiting after a network error or a timeout need not wait out
+// the rest of their backoff (up to DefaultBackoffMax, jittered). Waits
+// from a server's Retry-After are kept.
+func (d *Daemon) retryNow() {
+	sess, ok := d.snapshot()
+	if !ok {
+		return
+	}
+	n, err := d.store.RetryNow(context.Background(), sess.account, transport.CodeNetwork, transport.CodeTimeout)
+	if err != nil {
+		d.logger.Error("daemon: bring waiting operations forward", "err", err)
+		return
+	}
+	if n > 0 {
+		d.logger.Info("daemon: the remote answers again; sending what waited", "operations", n)
+		d.wake()
+	}
 }

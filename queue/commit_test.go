@@ -132,3 +132,61 @@ func TestDeferredBatchDoesNotMakeTheNextWriteWait(t *testing.T) {
 		t.Fatalf("%d commits, want 2", n)
 	}
 }
+
+// RetryNow brings forward the account's heads that wait after one of the
+// given error codes, and nothing else.
+func TestRetryNow(t *testing.T) {
+	s, clock := setup(t, Config{NoSync: true})
+	ctx := context.Background()
+	wait := func(account, id, code string) string {
+		t.Helper()
+		r := mustApply(t, s, Write{Op: OpCreate, AccountID: account, EntityID: id, Data: json.RawMessage(`{}`)})
+		op, err := s.Claim(ctx, account, "w", time.Minute)
+		if err != nil || op.ID != r.Operation.ID {
+			t.Fatalf("claim %s: %v, %v", id, op.ID, err)
+		}
+		if err := s.RetryAt(ctx, op.ID, "w", clock.Now().Add(5*time.Minute), code, "x"); err != nil {
+			t.Fatal(err)
+		}
+		return op.ID
+	}
+	network := wait("acct", "a", "network")
+	timeout := wait("acct", "b", "timeout")
+	limited := wait("acct", "c", "rate_limited") // waits out a Retry-After
+	other := wait("other", "d", "network")       // another account
+	pending := create(t, s, "e", `{}`).Operation.ID
+
+	n, err := s.RetryNow(ctx, "acct", "network", "timeout")
+	if err != nil || n != 2 {
+		t.Fatalf("RetryNow: %d, %v; want 2 moved", n, err)
+	}
+	now := clock.Now()
+	for id, want := range map[string]time.Time{
+		network: now, timeout: now, pending: now,
+		limited: now.Add(5 * time.Minute), other: now.Add(5 * time.Minute),
+	} {
+		op, err := s.GetOperation(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !op.NextAttemptAt.Equal(want) {
+			t.Errorf("%s (%s): next attempt %v, want %v", id, op.LastErrorCode, op.NextAttemptAt, want)
+		}
+	}
+	// The moved heads are claimable now, in seq order; the rest are not.
+	var claimed []string
+	for {
+		op, err := s.Claim(ctx, "acct", "w2", time.Minute)
+		if err != nil {
+			break
+		}
+		claimed = append(claimed, op.ID)
+	}
+	if fmt.Sprint(claimed) != fmt.Sprint([]string{network, timeout, pending}) {
+		t.Errorf("claimed %v, want %v", claimed, []string{network, timeout, pending})
+	}
+	if n, err := s.RetryNow(ctx, "acct", "network"); n != 0 || err != nil {
+		t.Errorf("second RetryNow: %d, %v; want 0", n, err)
+	}
+	mustCheck(t, s)
+}

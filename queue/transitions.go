@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"time"
 )
 
@@ -154,6 +156,55 @@ func (s *Store) RetryAt(ctx context.Context, id, owner string, at time.Time, cod
 		}
 		return tx.saveOp(op)
 	})
+}
+
+// RetryNow brings forward to now the next attempt of the account's
+// partition heads that wait in retry_waiting after an error whose code is
+// one of codes. The engine calls it when the remote answers again after
+// network errors, so what backed off during an outage (up to minutes
+// apart, with jitter) goes at once instead of over the following
+// minutes; operations waiting out a server's Retry-After have other codes
+// and keep their time. One call reads at most MaxListScan waiting heads
+// (the earliest due first) and returns how many it moved.
+func (s *Store) RetryNow(ctx context.Context, account string, codes ...string) (int, error) {
+	moved := 0
+	err := s.update(ctx, func(tx *txw) error {
+		moved = 0
+		b, err := tx.accountBucket(bucketReady, account, false)
+		if b == nil || err != nil {
+			return err
+		}
+		var due []*Operation
+		c := b.Cursor()
+		scanned := 0
+		// Heads already due are skipped by the seek: there may be many.
+		for k, _ := c.Seek(timeSeqKey(tx.now, math.MaxUint64)); k != nil && scanned < MaxListScan; k, _ = c.Next() {
+			scanned++
+			_, seq := splitTimeSeqKey(k)
+			op, err := tx.loadOpBySeq(seq)
+			if err != nil {
+				return err
+			}
+			if op.State == StateRetryWaiting && op.NextAttemptAt.After(tx.now) && slices.Contains(codes, op.LastErrorCode) {
+				due = append(due, op)
+			}
+		}
+		for _, op := range due {
+			if err := tx.readyDel(op); err != nil {
+				return err
+			}
+			op.NextAttemptAt = tx.now
+			if err := tx.readyPut(op); err != nil {
+				return err
+			}
+			if err := tx.saveOp(op); err != nil {
+				return err
+			}
+		}
+		moved = len(due)
+		return nil
+	})
+	return moved, err
 }
 
 // Fail records a permanent failure: the operation stays at the head of

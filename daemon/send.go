@@ -44,7 +44,7 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 	// the session (and so the token) is still the one it was claimed
 	// under. Otherwise nothing is sent.
 	if op.AccountID != c.sess.account || !d.current(c.sess) {
-		d.release(c, "session changed")
+		d.releaseUnsent(c, "session changed")
 		return next, false
 	}
 	if op.AttemptCount > 1 && d.now().Sub(op.CreatedAt) > d.maxAge && op.UserRetriedAt.IsZero() {
@@ -55,7 +55,7 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 	req, err := d.request(op, c.sess.token)
 	if err != nil {
 		d.logger.Error("daemon: build request", "operation", op.ID, "err", err)
-		d.release(c, "store read failed")
+		d.releaseUnsent(c, "store read failed")
 		return next, false
 	}
 
@@ -68,7 +68,7 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 	if c.sess.ctx.Err() != nil || !d.current(c.sess) {
 		unhook()
 		cancel()
-		d.release(c, "session changed")
+		d.releaseUnsent(c, "session changed")
 		return next, false
 	}
 	d.inSend.Add(1)
@@ -222,6 +222,14 @@ func (d *Daemon) fail(c claimed, code, msg string) {
 // release puts a claimed operation back to pending, ready at once.
 func (d *Daemon) release(c claimed, why string) {
 	if err := d.store.Release(context.Background(), c.op.ID, c.owner); err != nil {
+		d.storeErr("release ("+why+")", c.op, err)
+	}
+}
+
+// releaseUnsent releases a claim whose request was not sent: its attempt
+// is not counted.
+func (d *Daemon) releaseUnsent(c claimed, why string) {
+	if err := d.store.ReleaseUnsent(context.Background(), c.op.ID, c.owner); err != nil {
 		d.storeErr("release ("+why+")", c.op, err)
 	}
 }

@@ -32,10 +32,27 @@ func (tx *txw) owned(id, owner string, to State) (*Operation, error) {
 // since a worker cannot always know whether its request reached the
 // server (attempt_count > 0 means "may have").
 func (s *Store) Release(ctx context.Context, id, owner string) error {
+	return s.release(ctx, id, owner, false)
+}
+
+// ReleaseUnsent is Release for a claim whose request was certainly not
+// sent (the session changed before the send, the request could not be
+// built): the claim's attempt is taken back, so attempt_count keeps
+// meaning "may have reached the server", and an old operation that never
+// left the machine is not mistaken for one the server may have
+// forgotten.
+func (s *Store) ReleaseUnsent(ctx context.Context, id, owner string) error {
+	return s.release(ctx, id, owner, true)
+}
+
+func (s *Store) release(ctx context.Context, id, owner string, unsent bool) error {
 	return s.update(ctx, func(tx *txw) error {
 		op, err := tx.owned(id, owner, StatePending)
 		if err != nil {
 			return err
+		}
+		if unsent && op.AttemptCount > 0 {
+			op.AttemptCount--
 		}
 		return tx.release(op)
 	})

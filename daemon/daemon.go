@@ -134,9 +134,11 @@ type Daemon struct {
 	wakeMu sync.Mutex
 	wakeC  chan struct{} // closed (and replaced) to wake every waiting worker
 
-	onlineMu  sync.Mutex
-	online    bool
-	contacted bool // online is known
+	onlineMu     sync.Mutex
+	online       bool
+	contacted    bool      // online is known
+	offlineSince time.Time // first network failure since the last success
+	succeeded    bool      // a send has succeeded since New
 
 	life lifecycle
 }

@@ -111,39 +111,50 @@ func TestNetworkErrorRetriesWithBackoff(t *testing.T) {
 	})
 }
 
-// When the remote answers again after network errors, what backed off
-// meanwhile goes at once, without waiting out its backoff; a server's
-// Retry-After is still honoured.
+// When the remote succeeds again after an outage of at least
+// reconnectMinOutage, what backed off meanwhile goes at once, without
+// waiting out its backoff; an answer that is not a success (503 with
+// Retry-After) does not count, and that op keeps its Retry-After.
 func TestReconnectSendsWhatWaited(t *testing.T) {
 	t.Parallel()
 	e := setup(t, envOpts{cfg: Config{Rand: func(n int64) int64 { return n - 1 }}}) // the longest backoff
 	var offline atomic.Bool
-	offline.Store(true)
 	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
 		switch {
 		case offline.Load():
 			return faultproxy.Action{Kind: faultproxy.Reset}
-		case r.KeySeen == 1:
+		case r.Path == "/v1/note" && strings.Contains(string(r.Body), `"n3"`) && r.KeySeen == 1:
 			return faultproxy.Action{Kind: faultproxy.Respond, Status: 503, RetryAfter: "30"}
 		}
 		return faultproxy.Action{}
 	})
+	e.create("n0", `{"v":0}`) // the first success since start
+	e.drain()
+
+	// An outage: two writes back off, again and again, for over a minute.
+	offline.Store(true)
 	waited := []string{e.create("n1", `{"v":1}`).Operation.ID, e.create("n2", `{"v":2}`).Operation.ID}
+	outage := e.clock.Now()
+	for e.clock.Now().Sub(outage) < 2*reconnectMinOutage {
+		e.drain()
+		e.clock.Advance(e.op(waited[0]).NextAttemptAt.Sub(e.clock.Now()))
+	}
 	e.drain()
 	for _, id := range waited {
-		if op := e.wantState(id, queue.StateRetryWaiting); !op.NextAttemptAt.After(e.clock.Now()) || op.LastErrorCode != transport.CodeNetwork {
-			t.Fatalf("%s: next attempt %v, code %q; want later than now, network", id, op.NextAttemptAt, op.LastErrorCode)
+		if op := e.wantState(id, queue.StateRetryWaiting); !op.NextAttemptAt.After(e.clock.Now()) {
+			t.Fatalf("%s: next attempt %v, want later than now", id, op.NextAttemptAt)
 		}
 	}
-	if e.d.Online() {
-		t.Fatal("online while every send is reset")
-	}
 
-	// The network is back: a new write's send gets an answer (503 with
-	// Retry-After), and the two that waited go without the clock moving.
+	// The network is back. A 503 is an answer but not a success: nothing
+	// else goes.
 	offline.Store(false)
 	start := e.clock.Now()
 	n3 := e.create("n3", `{"v":3}`).Operation.ID
+	e.drain()
+	e.wantState(waited[0], queue.StateRetryWaiting)
+	// A success: the two that waited go without the clock moving.
+	e.create("n4", `{"v":4}`)
 	e.drain()
 	for _, id := range waited {
 		e.wantState(id, queue.StateDone)
@@ -155,6 +166,30 @@ func TestReconnectSendsWhatWaited(t *testing.T) {
 	}
 	if !e.clock.Now().Equal(start) {
 		t.Fatal("the clock moved")
+	}
+}
+
+// A blip shorter than reconnectMinOutage (here: one op's network error
+// while others succeed) sends nothing early: that op keeps its backoff.
+func TestBlipKeepsBackoff(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{cfg: Config{Rand: func(n int64) int64 { return n - 1 }}})
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if strings.Contains(string(r.Body), `"bad"`) {
+			return faultproxy.Action{Kind: faultproxy.Reset}
+		}
+		return faultproxy.Action{}
+	})
+	e.create("n0", `{"v":0}`) // the first success since start
+	e.drain()
+	bad := e.create("bad", `{"v":1}`).Operation.ID
+	e.drain()
+	for i := range 3 {
+		e.create(strconv.Itoa(i), `{"v":2}`)
+		e.drain()
+	}
+	if op := e.wantState(bad, queue.StateRetryWaiting); op.AttemptCount != 1 {
+		t.Fatalf("the failing op was sent %d times, want once", op.AttemptCount)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/syncd/syncd/queue"
 	"github.com/syncd/syncd/transport"
@@ -244,7 +245,15 @@ func (d *Daemon) storeErr(what string, op queue.Operation, err error) {
 	d.logger.Error("daemon: outcome not recorded", "what", what, "operation", op.ID, "err", err)
 }
 
-// contact tracks whether the remote answers.
+// reconnectMinOutage is how long the remote must have been unreachable
+// before its first success sends at once what waited (retryNow). A
+// shorter blip leaves backoffs of seconds, which need no help; and an
+// operation that fails by itself while others get answers never makes an
+// outage this long, so it keeps its own backoff.
+const reconnectMinOutage = 30 * time.Second
+
+// contact tracks whether the remote answers, and after an outage sends
+// what waited.
 func (d *Daemon) contact(o transport.Outcome) {
 	var online bool
 	switch {
@@ -255,28 +264,42 @@ func (d *Daemon) contact(o transport.Outcome) {
 	default:
 		return // not sent, or canceled: says nothing about the remote
 	}
+	now := d.now()
 	d.onlineMu.Lock()
 	changed := !d.contacted || d.online != online
 	d.online, d.contacted = online, true
+	if !online && d.offlineSince.IsZero() {
+		d.offlineSince = now
+	}
+	// Only a success says the remote is well again (a 503 or 429 says
+	// "later"). The first success since start counts as the end of an
+	// outage of unknown length: the queue may hold backoffs from a run
+	// that was offline.
+	flush := false
+	if o.Decision == transport.Done {
+		flush = !d.succeeded || (!d.offlineSince.IsZero() && now.Sub(d.offlineSince) >= reconnectMinOutage)
+		d.succeeded, d.offlineSince = true, time.Time{}
+	}
 	d.onlineMu.Unlock()
-	if !changed {
-		return
+	if changed {
+		d.logger.Info("daemon: remote reachability changed", "online", online)
+		data, _ := json.Marshal(map[string]bool{"online": online})
+		if _, err := d.store.AppendEvent(context.Background(), queue.Event{Type: EventConnectivityChanged, Data: data}); err != nil {
+			d.logger.Error("daemon: append event", "type", EventConnectivityChanged, "err", err)
+		}
 	}
-	d.logger.Info("daemon: remote reachability changed", "online", online)
-	data, _ := json.Marshal(map[string]bool{"online": online})
-	if _, err := d.store.AppendEvent(context.Background(), queue.Event{Type: EventConnectivityChanged, Data: data}); err != nil {
-		d.logger.Error("daemon: append event", "type", EventConnectivityChanged, "err", err)
-	}
-	if online {
+	if flush {
 		d.retryNow()
 	}
 }
 
 // retryNow sends at once what backed off while the remote was
-// unreachable: the remote answers again, so operations of the session's
-// account waiting after a network error or a timeout need not wait out
-// the rest of their backoff (up to DefaultBackoffMax, jittered). Waits
-// from a server's Retry-After are kept.
+// unreachable: operations of the session's account waiting after a
+// network error or a timeout (an outage often shows as dial timeouts)
+// need not wait out the rest of their backoff (up to DefaultBackoffMax,
+// jittered). Waits after an answer (rate_limited, unavailable,
+// server_error, with or without Retry-After) keep their time: the server
+// was reachable and asked for patience.
 func (d *Daemon) retryNow() {
 	sess, ok := d.snapshot()
 	if !ok {

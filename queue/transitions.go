@@ -180,9 +180,10 @@ func (s *Store) RetryAt(ctx context.Context, id, owner string, at time.Time, cod
 // one of codes. The engine calls it when the remote answers again after
 // network errors, so what backed off during an outage (up to minutes
 // apart, with jitter) goes at once instead of over the following
-// minutes; operations waiting out a server's Retry-After have other codes
-// and keep their time. One call reads at most MaxListScan waiting heads
-// (the earliest due first) and returns how many it moved.
+// minutes; operations waiting after an answer have other codes and keep
+// their time. One call looks at most at MaxListScan waiting heads (the
+// earliest due first), whatever their code, and returns how many it
+// moved.
 func (s *Store) RetryNow(ctx context.Context, account string, codes ...string) (int, error) {
 	moved := 0
 	err := s.update(ctx, func(tx *txw) error {

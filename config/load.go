@@ -326,6 +326,14 @@ func (f *Flags) Resolve(scope Scope, getenv func(string) string) (Loaded, error)
 	return l, nil
 }
 
+// ResolveFile resolves the settings as `syncd run` would with no flags
+// but --config (configFile, which may be empty): defaults for scope, the
+// config file, the SYNCD_* variables of getenv. The client commands use
+// it to find the daemon the config file describes.
+func ResolveFile(configFile string, scope Scope, getenv func(string) string) (Loaded, error) {
+	return (&Flags{configFile: configFile}).Resolve(scope, getenv)
+}
+
 // readFile lays the config file over s. A missing file is an error only
 // when it was named explicitly; read says whether a file was read.
 func readFile(s *Settings, file string, explicit bool) (read bool, err error) {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/syncd/syncd/config"
 	"github.com/syncd/syncd/localapi"
 	"github.com/syncd/syncd/localapi/client"
 )
@@ -26,22 +27,64 @@ const (
 
 // clientFlags are the flags every client command shares.
 type clientFlags struct {
-	addr      string
-	dataDir   string
-	tokenFile string
+	addr       string
+	dataDir    string
+	tokenFile  string
+	configFile string
 }
 
 func (cf *clientFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&cf.addr, "addr", envOr("SYNCD_ADDR", localapi.DefaultListenAddr), "address of syncd's local API (env SYNCD_ADDR)")
-	fs.StringVar(&cf.dataDir, "data-dir", envOr("SYNCD_DATA_DIR", defaultDataDir()), "syncd's data directory, where the API token is (env SYNCD_DATA_DIR)")
+	fs.StringVar(&cf.addr, "addr", "", "address of syncd's local API (env SYNCD_ADDR; default: listen from the config file, else "+localapi.DefaultListenAddr+")")
+	fs.StringVar(&cf.dataDir, "data-dir", "", "syncd's data directory, where the API token is (env SYNCD_DATA_DIR; default: dataDir from the config file, else the per-OS default)")
 	fs.StringVar(&cf.tokenFile, "token-file", "", "file holding the API token (default DATA_DIR/"+localapi.TokenFileName+")")
+	fs.StringVar(&cf.configFile, "config", "", "syncd's config file, read for listen and dataDir (env "+config.EnvConfig+"; default: the per-OS config file if it exists)")
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
+// resolve fills what the flags left empty the way `syncd run` finds its
+// settings: the config file and the SYNCD_* variables over the defaults,
+// so a client finds the daemon that the same config runs. SYNCD_ADDR
+// (the address to dial) wins over the config's listen address.
+func (cf *clientFlags) resolve(getenv func(string) string) error {
+	if cf.addr == "" {
+		cf.addr = getenv("SYNCD_ADDR")
 	}
-	return def
+	if cf.addr != "" && (cf.dataDir != "" || cf.tokenFile != "") {
+		return nil // nothing left to look up
+	}
+	l, err := config.ResolveFile(cf.configFile, config.DefaultScope(), func(name string) string {
+		if name == "SYNCD_DATA_DIR" && cf.dataDir != "" {
+			return cf.dataDir // a --data-dir flag is the data directory, even without a default one
+		}
+		return getenv(name)
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if cf.addr == "" {
+		cf.addr = dialAddr(l.Settings.Listen)
+	}
+	if cf.dataDir == "" {
+		cf.dataDir = l.Settings.DataDir
+	}
+	return nil
+}
+
+// dialAddr is the address a client on this machine dials to reach a
+// daemon listening on listen: a wildcard host (a forced 0.0.0.0 or [::])
+// is reached on loopback.
+func dialAddr(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case host == "", ip != nil && ip.IsUnspecified() && ip.To4() != nil:
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified():
+		host = "::1"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // client builds an API client from the flags.
@@ -96,6 +139,9 @@ func parseClientFlags(name string, args []string, stderr io.Writer, usage string
 		}
 		pos = append(pos, fs.Arg(0))
 		rest = fs.Args()[1:]
+	}
+	if err := cf.resolve(os.Getenv); err != nil {
+		return nil, nil, err
 	}
 	return cf, pos, nil
 }

@@ -287,3 +287,102 @@ func run2(c *cliEnv, args ...string) (stdout, stderr string, code int) {
 	}
 	return out.String(), errOut.String(), exitStatus(err)
 }
+
+// The client commands find the daemon that a config file describes, as
+// `syncd run --config` runs it: its listen address and data directory
+// (where the token is). Flags win over the file.
+func TestCLIConfigFile(t *testing.T) {
+	t.Parallel()
+	c := startCLI(t, localapitest.Options{Account: "alice"})
+	dataDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dataDir, "api-token"), []byte(localapitest.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := strings.Cut(c.Addr, ":")
+	writeConfig := func(body string) string {
+		f := filepath.Join(t.TempDir(), "syncd.json")
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	dirJSON, _ := json.Marshal(dataDir)
+	cfg := writeConfig(fmt.Sprintf(`{"listen": %q, "dataDir": %s}`, c.Addr, dirJSON))
+	// A daemon forced onto every interface is dialled on loopback.
+	wildcard := writeConfig(fmt.Sprintf(`{"listen": "0.0.0.0:%s", "forceListen": true, "dataDir": %s}`, port, dirJSON))
+	for _, f := range []string{cfg, wildcard} {
+		out, errOut, code := run2(c, "status", "--config", f)
+		if code != 0 || !strings.Contains(out, "account:        alice") {
+			t.Errorf("status --config %s: exit %d: %s%s", f, code, out, errOut)
+		}
+	}
+	if _, errOut, code := run2(c, "ops", "list", "--config", cfg); code != 0 {
+		t.Errorf("ops list --config: exit %d: %s", code, errOut)
+	}
+	// A flag wins over the file.
+	if _, _, code := run2(c, "status", "--config", cfg, "--addr", "127.0.0.1:1"); code != exitUnreachable {
+		t.Errorf("--addr over the config file: exit %d, want %d", code, exitUnreachable)
+	}
+	if _, _, code := run2(c, "status", "--config", cfg, "--data-dir", t.TempDir()); code != exitUnreachable {
+		t.Errorf("--data-dir without a token over the config file: exit %d, want %d", code, exitUnreachable)
+	}
+	// A config file syncd would refuse is refused here too, by name.
+	for name, f := range map[string]string{
+		"unknown key":  writeConfig(`{"listn": "127.0.0.1:7419"}`),
+		"missing file": filepath.Join(t.TempDir(), "none.json"),
+	} {
+		if _, errOut, code := run2(c, "status", "--config", f); code != exitUsage || !strings.Contains(errOut, f) {
+			t.Errorf("%s: exit %d, want %d; stderr %q does not name %s", name, code, exitUsage, errOut, f)
+		}
+	}
+
+	// compact reads dataDir from the same file.
+	st, err := queue.Open(filepath.Join(dataDir, "syncd.db"), queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	out, errOut, code := run2(c, "compact", "--config", cfg)
+	if code != 0 || !strings.Contains(out, filepath.Join(dataDir, "syncd.db")) {
+		t.Errorf("compact --config: exit %d: %s%s", code, out, errOut)
+	}
+}
+
+// SYNCD_CONFIG names the file as --config does; SYNCD_ADDR, the address
+// to dial, wins over the file's listen address.
+func TestCLIConfigEnv(t *testing.T) {
+	c := startCLI(t, localapitest.Options{Account: "alice"})
+	dataDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dataDir, "api-token"), []byte(localapitest.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "syncd.json")
+	dirJSON, _ := json.Marshal(dataDir)
+	if err := os.WriteFile(f, []byte(fmt.Sprintf(`{"listen": %q, "dataDir": %s}`, c.Addr, dirJSON)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SYNCD_CONFIG", f)
+	if out, errOut, code := run2(c, "status"); code != 0 || !strings.Contains(out, "alice") {
+		t.Errorf("status with SYNCD_CONFIG: exit %d: %s%s", code, out, errOut)
+	}
+	t.Setenv("SYNCD_ADDR", "127.0.0.1:1")
+	if _, _, code := run2(c, "status"); code != exitUnreachable {
+		t.Errorf("SYNCD_ADDR over the config file: exit %d, want %d", code, exitUnreachable)
+	}
+}
+
+func TestDialAddr(t *testing.T) {
+	for listen, want := range map[string]string{
+		"127.0.0.1:7419": "127.0.0.1:7419",
+		"localhost:7419": "localhost:7419",
+		"[::1]:7419":     "[::1]:7419",
+		"0.0.0.0:7419":   "127.0.0.1:7419",
+		":7419":          "127.0.0.1:7419",
+		"[::]:7419":      "[::1]:7419",
+		"10.0.0.5:7419":  "10.0.0.5:7419",
+	} {
+		if got := dialAddr(listen); got != want {
+			t.Errorf("dialAddr(%q) = %q, want %q", listen, got, want)
+		}
+	}
+}

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 
+	"github.com/syncd/syncd/config"
 	"github.com/syncd/syncd/queue"
 )
 
@@ -16,13 +18,22 @@ import (
 func cmdCompact(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("compact", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", envOr("SYNCD_DATA_DIR", defaultDataDir()), "syncd's data directory (env SYNCD_DATA_DIR)")
+	dataDir := fs.String("data-dir", "", "syncd's data directory (env SYNCD_DATA_DIR; default: dataDir from the config file, else the per-OS default)")
+	configFile := fs.String("config", "", "syncd's config file, read for dataDir (env "+config.EnvConfig+"; default: the per-OS config file if it exists)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: syncd compact [--data-dir DIR]   (stop syncd first)")
+		fmt.Fprintln(stderr, "usage: syncd compact [--data-dir DIR] [--config FILE]   (stop syncd first)")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args, "compact"); err != nil {
 		return err
+	}
+	if *dataDir == "" {
+		// The data directory the same config runs syncd on.
+		l, err := config.ResolveFile(*configFile, config.DefaultScope(), os.Getenv)
+		if err != nil {
+			return fmt.Errorf("%w: compact: %v", errUsage, err)
+		}
+		*dataDir = l.Settings.DataDir
 	}
 	before, after, err := queue.Compact(filepath.Join(*dataDir, dataFileName))
 	if errors.Is(err, queue.ErrLocked) {

@@ -33,13 +33,6 @@ func parseRunFlags(args []string, stderr io.Writer) (config.Loaded, error) {
 	return l, err
 }
 
-// defaultDataDir is this process's default data directory (see
-// config.DefaultPaths): what the client commands look in for the token.
-func defaultDataDir() string {
-	p, _ := config.DefaultPaths(config.DefaultScope(), nil)
-	return p.DataDir
-}
-
 // cmdRun runs the daemon in the foreground until ctx ends (SIGINT or
 // SIGTERM), then stops the API server and closes the queue.
 //

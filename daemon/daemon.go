@@ -88,6 +88,12 @@ type Config struct {
 	// past the queue's retention and change-log events past its history
 	// are deleted.
 	SweepInterval time.Duration
+	// ProbeInterval is how long after the remote stopped answering the
+	// daemon first probes it, when operations wait (default
+	// DefaultProbeInterval); the wait doubles after every probe, up to
+	// 12 intervals. Negative: never probe. Probing needs a Transport
+	// that is a Prober.
+	ProbeInterval time.Duration
 	// Owner names this daemon in operation leases (default host, pid and
 	// a random suffix).
 	Owner string
@@ -110,6 +116,7 @@ type Daemon struct {
 	policy     transport.Policy
 	conc       int
 	sweepEvery time.Duration
+	probeEvery time.Duration // <= 0: never probe
 	lease      time.Duration
 	maxAge     time.Duration
 	rnd        func(n int64) int64
@@ -136,9 +143,11 @@ type Daemon struct {
 
 	onlineMu     sync.Mutex
 	online       bool
-	contacted    bool      // online is known
-	offlineSince time.Time // first network failure since the last success
-	succeeded    bool      // a send has succeeded since New
+	contacted    bool          // online is known
+	offlineSince time.Time     // first network failure since the last success
+	succeeded    bool          // the remote answered well since New
+	probeFailed  bool          // a probe got no answer since offlineSince
+	offline      chan struct{} // buffered 1: tells the prober an outage began
 
 	life lifecycle
 }
@@ -162,11 +171,13 @@ func New(cfg Config) (*Daemon, error) {
 		conc:       cmp.Or(cfg.Concurrency, DefaultConcurrency),
 		lease:      cmp.Or(cfg.Lease, DefaultLease),
 		sweepEvery: cmp.Or(cfg.SweepInterval, DefaultSweepInterval),
+		probeEvery: cmp.Or(cfg.ProbeInterval, DefaultProbeInterval),
 		maxAge:     cmp.Or(cfg.MaxOperationAge, DefaultMaxOperationAge),
 		rnd:        cfg.Rand,
 		owner:      cfg.Owner,
 		hooks:      hooks{afterClaim: cfg.TestHookAfterClaim, afterResponse: cfg.TestHookAfterResponse},
 		wakeC:      make(chan struct{}),
+		offline:    make(chan struct{}, 1),
 	}
 	if d.now == nil {
 		d.now = time.Now

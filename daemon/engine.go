@@ -63,6 +63,10 @@ func (d *Daemon) Start(ctx context.Context) error {
 		go d.worker(l.hard)
 	}
 	go d.sweeper(l.hard)
+	if p, ok := d.sender.(Prober); ok && d.probeEvery > 0 {
+		l.wg.Add(1)
+		go d.prober(l.hard, p)
+	}
 	go func() {
 		l.wg.Wait()
 		close(l.stopped)

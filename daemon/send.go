@@ -255,30 +255,42 @@ const reconnectMinOutage = 30 * time.Second
 // contact tracks whether the remote answers, and after an outage sends
 // what waited.
 func (d *Daemon) contact(o transport.Outcome) {
-	var online bool
 	switch {
 	case o.Status != 0:
-		online = true
+		// Only a success says the remote is well again (a 503 or 429
+		// says "later").
+		d.observe(true, o.Decision == transport.Done, false)
 	case o.Code == transport.CodeNetwork || o.Code == transport.CodeTimeout:
-		online = false
+		d.observe(false, false, false)
 	default:
-		return // not sent, or canceled: says nothing about the remote
+		// not sent, or canceled: says nothing about the remote
 	}
+}
+
+// observe records what a send or a probe (byProbe) learned of the remote:
+// whether it answered at all (online) and whether the answer was a
+// success (well). A success after an outage sends what waited
+// (retryNow) when the outage was real: it lasted reconnectMinOutage, or
+// a probe failed during it (the network, not one operation, was down).
+// The first success since start counts as the end of an outage of
+// unknown length: the queue may hold backoffs from a run that was
+// offline.
+func (d *Daemon) observe(online, well, byProbe bool) {
 	now := d.now()
 	d.onlineMu.Lock()
 	changed := !d.contacted || d.online != online
 	d.online, d.contacted = online, true
-	if !online && d.offlineSince.IsZero() {
-		d.offlineSince = now
+	if !online {
+		if d.offlineSince.IsZero() {
+			d.offlineSince = now
+		}
+		d.probeFailed = d.probeFailed || byProbe
 	}
-	// Only a success says the remote is well again (a 503 or 429 says
-	// "later"). The first success since start counts as the end of an
-	// outage of unknown length: the queue may hold backoffs from a run
-	// that was offline.
 	flush := false
-	if o.Decision == transport.Done {
-		flush = !d.succeeded || (!d.offlineSince.IsZero() && now.Sub(d.offlineSince) >= reconnectMinOutage)
-		d.succeeded, d.offlineSince = true, time.Time{}
+	if well {
+		long := !d.offlineSince.IsZero() && now.Sub(d.offlineSince) >= reconnectMinOutage
+		flush = !d.succeeded || long || d.probeFailed
+		d.succeeded, d.offlineSince, d.probeFailed = true, time.Time{}, false
 	}
 	d.onlineMu.Unlock()
 	if changed {
@@ -286,6 +298,9 @@ func (d *Daemon) contact(o transport.Outcome) {
 		data, _ := json.Marshal(map[string]bool{"online": online})
 		if _, err := d.store.AppendEvent(context.Background(), queue.Event{Type: EventConnectivityChanged, Data: data}); err != nil {
 			d.logger.Error("daemon: append event", "type", EventConnectivityChanged, "err", err)
+		}
+		if !online {
+			d.probeNow()
 		}
 	}
 	if flush {

@@ -137,6 +137,30 @@ func (c *Client) Send(ctx context.Context, r Request) Outcome {
 	return o
 }
 
+// Probe asks whether the remote answers, without sending an operation or
+// credentials: a HEAD request for the base URL, bounded by
+// Config.Timeout. status is the answer's status: any answer at all (a 404
+// or a 401 too) means the server is reachable. err is the network error,
+// or ErrTimeout, when no answer came.
+func (c *Client) Probe(ctx context.Context) (status int, err error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout, ErrTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, c.baseURL+"/", nil)
+	if err != nil {
+		return 0, fmt.Errorf("transport: probe: %w", err)
+	}
+	req.Header.Set("User-Agent", c.userAgent)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if context.Cause(ctx) == ErrTimeout {
+			err = fmt.Errorf("%w after %v: %w", ErrTimeout, c.timeout, err)
+		}
+		return 0, fmt.Errorf("transport: probe %s: %w", c.baseURL, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
 // readBody reads at most max bytes of b, then drains up to a small amount
 // more so that the connection can be reused.
 func readBody(b io.Reader, max int64) ([]byte, error) {

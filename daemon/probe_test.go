@@ -1,0 +1,203 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/syncd/syncd/internal/faultproxy"
+	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/transport"
+)
+
+// probeCfg probes every few milliseconds of real time, and backs a
+// failed operation off by an hour of the test's clock, which does not
+// move: without a probe nothing would be sent again during a test.
+func probeCfg() Config {
+	return Config{
+		ProbeInterval: 5 * time.Millisecond,
+		Policy:        transport.Policy{Backoff: transport.Backoff{Base: time.Hour, Max: time.Hour}},
+		Rand:          func(n int64) int64 { return n - 1 },
+	}
+}
+
+func isProbe(e faultproxy.Entry) bool { return e.Method == http.MethodHead }
+
+// waitProxy waits until cond holds for the proxy's log.
+func waitProxy(t *testing.T, e *env, what string, cond func([]faultproxy.Entry) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := e.proxy.Wait(ctx, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func opDone(id string) func([]queue.Event) bool {
+	return func(es []queue.Event) bool {
+		for _, ev := range es {
+			if ev.Type == queue.EventOperationState && ev.OperationID == id && ev.State == queue.StateDone {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// waitsLong checks that an operation waits far beyond the test's time.
+func (e *env) waitsLong(id string) {
+	e.t.Helper()
+	if op := e.wantState(id, queue.StateRetryWaiting); op.NextAttemptAt.Sub(e.clock.Now()) < 30*time.Minute {
+		e.t.Fatalf("%s: next attempt in %v, want an hour", id, op.NextAttemptAt.Sub(e.clock.Now()))
+	}
+}
+
+// While the remote is unreachable the daemon probes it; when a probe that
+// failed is followed by one that gets an answer, what waited goes at
+// once, an hour before its backoff ends.
+func TestProbeEndsOutage(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{cfg: probeCfg()})
+	var offline atomic.Bool
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if offline.Load() {
+			return faultproxy.Action{Kind: faultproxy.Reset}
+		}
+		return faultproxy.Action{}
+	})
+	e.create("n0", `{"v":0}`) // the first success since start
+	e.drain()
+	offline.Store(true)
+	n1 := e.create("n1", `{"v":1}`).Operation.ID
+	e.drain()
+	e.waitsLong(n1)
+
+	start := e.clock.Now()
+	if err := e.d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitProxy(t, e, "a probe while offline", func(log []faultproxy.Entry) bool {
+		return faultproxy.Count(log, func(e faultproxy.Entry) bool { return isProbe(e) && e.Action == faultproxy.Reset }) > 0
+	})
+	offline.Store(false)
+	e.events.wait(t, "n1 done", opDone(n1))
+	e.oneRecord("n1")
+	if !e.clock.Now().Equal(start) {
+		t.Fatal("the clock moved")
+	}
+	if st, _ := e.d.Status(t.Context()); !st.Online {
+		t.Error("status: offline after the outage ended")
+	}
+}
+
+// An operation that fails by itself while the remote answers probes keeps
+// its backoff: a probe's answer ends no outage unless a probe failed
+// first (or the outage lasted reconnectMinOutage).
+func TestProbeKeepsBackoffOfOneFailingOp(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{cfg: probeCfg()})
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if strings.Contains(string(r.Body), `"bad"`) {
+			return faultproxy.Action{Kind: faultproxy.Reset}
+		}
+		return faultproxy.Action{}
+	})
+	e.create("n0", `{"v":0}`)
+	e.drain()
+	bad := e.create("bad", `{"v":1}`).Operation.ID
+	e.drain()
+	e.waitsLong(bad)
+
+	if err := e.d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// The probe's answer turns the daemon online again (a third
+	// connectivity event: online, offline, online).
+	e.events.wait(t, "online after a probe", func(es []queue.Event) bool {
+		var online []bool
+		for _, ev := range es {
+			if ev.Type == EventConnectivityChanged {
+				var d struct{ Online bool }
+				json.Unmarshal(ev.Data, &d)
+				online = append(online, d.Online)
+			}
+		}
+		return len(online) == 3 && online[2]
+	})
+	e.d.Stop(t.Context()) // the probe and anything it started have ended
+	e.waitsLong(bad)
+	if op := e.op(bad); op.AttemptCount != 1 {
+		t.Fatalf("the failing op was sent %d times, want once", op.AttemptCount)
+	}
+	if n := faultproxy.Count(e.proxy.Log(), isProbe); n == 0 {
+		t.Fatal("no probe was made")
+	}
+}
+
+// A daemon started over a queue that holds backoffs from a run that was
+// offline probes once; the remote answers, and what waited goes.
+func TestProbeAtStartSendsBacklog(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{cfg: probeCfg()})
+	var offline atomic.Bool
+	offline.Store(true)
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if offline.Load() {
+			return faultproxy.Action{Kind: faultproxy.Reset}
+		}
+		return faultproxy.Action{}
+	})
+	n1 := e.create("n1", `{"v":1}`).Operation.ID
+	e.drain() // the previous run: offline
+	e.waitsLong(n1)
+	offline.Store(false)
+
+	cfg := probeCfg()
+	cfg.Store, cfg.Transport, cfg.Now, cfg.Logger = e.store, e.client, e.clock.Now, testLogger(t)
+	d2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d2.Stop(context.Background()) })
+	e.events.wait(t, "n1 done", opDone(n1))
+	e.oneRecord("n1")
+	if n := faultproxy.Count(e.proxy.Log(), isProbe); n != 1 {
+		t.Errorf("%d probes, want 1", n)
+	}
+}
+
+// A probe is wanted only while the remote does not answer, the session
+// may send, and its next operation waits longer than the probe would.
+func TestProbeWanted(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{cfg: probeCfg()})
+	if e.d.probeWanted(0) {
+		t.Error("probe wanted with an empty queue")
+	}
+	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action { return faultproxy.Action{Kind: faultproxy.Reset} })
+	n1 := e.create("n1", `{"v":1}`).Operation.ID
+	if e.d.probeWanted(0) {
+		t.Error("probe wanted while an operation is ready: its send is the probe")
+	}
+	e.drain()
+	e.waitsLong(n1)
+	if !e.d.probeWanted(time.Minute) {
+		t.Error("no probe wanted while offline with an operation waiting an hour")
+	}
+	if e.d.probeWanted(2 * time.Hour) {
+		t.Error("probe wanted although the operation goes before it")
+	}
+	if _, err := e.d.Logout(t.Context(), LogoutKeep, false); err != nil {
+		t.Fatal(err)
+	}
+	if e.d.probeWanted(0) {
+		t.Error("probe wanted while signed out")
+	}
+}

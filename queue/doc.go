@@ -40,7 +40,7 @@
 //	ready/<account>   nextAttemptAt|seq  heads that are pending or retry_waiting
 //	leases/<account>  leaseExpiresAt|seq operations being sent
 //	partitions        account\0type\0id\0seq  unfinished operations per partition
-//	unfinished        seq                oldest unfinished first (status age)
+//	unfinished        seq                oldest unfinished first (status age, listing by state)
 //	done              completedAt|seq    done operations, for the sweep
 //
 // Claim seeks the first key of the account's ready index and, failing

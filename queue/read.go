@@ -109,6 +109,10 @@ func (s *Store) GetOperation(id string) (Operation, error) {
 // the seq in opts.After, filtered by state and account. next is the
 // cursor of the following page ("" at the end); a page may hold fewer
 // than opts.Limit items and still have a next (see MaxListScan).
+//
+// A state other than done is listed from the unfinished index, so the
+// few operations that wait or failed are found at once behind a long
+// retained history of done ones.
 func (s *Store) ListOperations(opts ListOptions) (items []Operation, next string, err error) {
 	limit := clampLimit(opts.Limit)
 	var after uint64
@@ -121,7 +125,12 @@ func (s *Store) ListOperations(opts ListOptions) (items []Operation, next string
 	}
 	items = []Operation{}
 	err = s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketOps).Cursor()
+		ops := tx.Bucket(bucketOps)
+		index := ops // seq → row; unfinished: seq → empty
+		if opts.State != "" && opts.State != StateDone {
+			index = tx.Bucket(bucketUnfinished)
+		}
+		c := index.Cursor()
 		var last uint64
 		scanned := 0
 		for k, v := c.Seek(u64(after + 1)); k != nil; k, v = c.Next() {
@@ -130,6 +139,9 @@ func (s *Store) ListOperations(opts ListOptions) (items []Operation, next string
 				return nil
 			}
 			scanned++
+			if index != ops {
+				v = ops.Get(k)
+			}
 			var op Operation
 			if err := json.Unmarshal(v, &op); err != nil {
 				return err

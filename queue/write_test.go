@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 func TestPartitionFIFOAndIndependence(t *testing.T) {
@@ -311,5 +314,67 @@ func TestListScanIsBounded(t *testing.T) {
 	all, next, err := s.ListEntities("acct", "note", ListOptions{Limit: 5})
 	if err != nil || len(all) != 5 || next != all[4].ID {
 		t.Fatalf("entities page: %d items, next %q, %v", len(all), next, err)
+	}
+}
+
+// fillDone writes n operations that have been sent (done), in one
+// transaction.
+func fillDone(tb testing.TB, s *Store, n int) {
+	tb.Helper()
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		w := &txw{tx: tx, s: s, now: s.now()}
+		for i := range n {
+			id := fmt.Sprintf("done%08d", i)
+			if _, err := w.apply(&Write{Op: OpCreate, AccountID: "acct", EntityType: "note", EntityID: "d" + id, OperationID: id, Data: json.RawMessage(`{"n":1}`)}); err != nil {
+				return err
+			}
+			op, err := w.loadOp(id)
+			if err != nil {
+				return err
+			}
+			if err := w.claim(op, "w", time.Minute); err != nil {
+				return err
+			}
+			if _, err := w.complete(id, Completion{ServerID: "s" + id}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Listing a state other than done reads the unfinished index: a failed
+// operation behind more than MaxListScan done ones is on the first page.
+func TestListUnfinishedSkipsDone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{NoSync: true})
+	fillDone(t, s, MaxListScan+5)
+	if _, err := s.Apply(ctx, Write{Op: OpCreate, AccountID: "acct", EntityType: "note", EntityID: "late", OperationID: "late", Data: json.RawMessage(`{"n":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, "acct", "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Fail(ctx, "late", "w", "validation", "x"); err != nil {
+		t.Fatal(err)
+	}
+	page, next, err := s.ListOperations(ListOptions{State: StatePermanentFailed, Limit: 10})
+	if err != nil || len(page) != 1 || page[0].ID != "late" || next != "" {
+		t.Fatalf("failed: %d items, next %q, %v", len(page), next, err)
+	}
+	if page, next, err := s.ListOperations(ListOptions{State: StatePending, Limit: 10}); err != nil || len(page) != 0 || next != "" {
+		t.Fatalf("pending: %d items, next %q, %v", len(page), next, err)
+	}
+	page, next, err = s.ListOperations(ListOptions{State: StateDone, Limit: 10})
+	if err != nil || len(page) != 10 || page[0].ID != "done00000000" || next == "" {
+		t.Fatalf("done: %d items, next %q, %v", len(page), next, err)
+	}
+	page, _, err = s.ListOperations(ListOptions{State: StateDone, Limit: 10, After: next})
+	if err != nil || len(page) != 10 || page[0].ID != "done00000010" {
+		t.Fatalf("done, second page: %d items, %v", len(page), err)
 	}
 }

@@ -6,24 +6,100 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 )
 
 // LogFileName is the log file in the data directory of a Windows service.
 const LogFileName = "syncd.log"
 
+// MaxLogBytes bounds the log file LogOutput writes: past it the file is
+// renamed to LogFileName + ".1" (replacing the one before) and a new one
+// is started, so the log never takes more than twice this on disk.
+const MaxLogBytes = 10 << 20
+
 // LogOutput is where the program's log lines should go: stderr, which
 // systemd's journal, launchd's log file and the SysV init script's log
 // file all collect, except for a Windows service, whose stderr the
-// service control manager drops: it gets dir/syncd.log, appended to.
-// close closes what LogOutput opened.
+// service control manager drops: it gets dir/syncd.log, appended to and
+// rotated at MaxLogBytes. close closes what LogOutput opened.
 func LogOutput(dir string, stderr io.Writer) (w io.Writer, close func() error, err error) {
 	nop := func() error { return nil }
 	if runtime.GOOS != "windows" || Interactive() {
 		return stderr, nop, nil
 	}
-	f, err := os.OpenFile(filepath.Join(dir, LogFileName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := openLogFile(filepath.Join(dir, LogFileName), MaxLogBytes)
 	if err != nil {
-		return nil, nop, fmt.Errorf("service: log file: %w", err)
+		return nil, nop, err
 	}
 	return f, f.Close, nil
+}
+
+// logFile is a log file that starts over, keeping one old file, when a
+// write would take it past max bytes. Writes are whole log lines; one
+// longer than max still goes out whole, into a file of its own.
+type logFile struct {
+	mu   sync.Mutex
+	path string
+	max  int64
+	f    *os.File
+	size int64
+}
+
+func openLogFile(path string, max int64) (*logFile, error) {
+	l := &logFile{path: path, max: max}
+	if err := l.open(os.O_APPEND); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *logFile) open(flag int) error {
+	f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|flag, 0o600)
+	if err != nil {
+		return fmt.Errorf("service: log file: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("service: log file: %w", err)
+	}
+	l.f, l.size = f, st.Size()
+	return nil
+}
+
+func (l *logFile) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return 0, os.ErrClosed
+	}
+	if l.size > 0 && l.size+int64(len(p)) > l.max {
+		if err := l.rotate(); err != nil {
+			return 0, err
+		}
+	}
+	n, err := l.f.Write(p)
+	l.size += int64(n)
+	return n, err
+}
+
+// rotate moves the file to path.1 and starts a new one. If the rename
+// fails (another program holds the old file open on Windows), the file
+// starts over in place rather than growing without bound.
+func (l *logFile) rotate() error {
+	l.f.Close()
+	l.f = nil
+	os.Rename(l.path, l.path+".1")
+	return l.open(os.O_TRUNC)
+}
+
+func (l *logFile) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
 }

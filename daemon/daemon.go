@@ -147,6 +147,7 @@ type Daemon struct {
 	offlineSince time.Time     // first network failure since the last success
 	succeeded    bool          // the remote answered well since New
 	probeFailed  bool          // a probe got no answer since offlineSince
+	answers      uint64        // answers from the remote so far: a probe failure that began before one is stale
 	offline      chan struct{} // buffered 1: tells the prober an outage began
 
 	life lifecycle

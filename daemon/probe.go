@@ -22,24 +22,39 @@ const DefaultProbeInterval = 5 * time.Second
 // probeMaxFactor bounds the probe wait at this many probe intervals.
 const probeMaxFactor = 12
 
-// prober probes the remote while it is unreachable and operations wait,
-// so that what waited goes within a minute of the network coming back,
-// not after the rest of a backoff of up to DefaultBackoffMax. Without
-// it, the earliest waiting operation is the only probe. It probes once
-// after start too, for the backoffs a previous run left in the queue. It
-// sleeps, without a timer, while the remote answers or nothing waits.
+// prober probes the remote while it is unreachable and operations are
+// queued, so that what waited goes within a minute of the network coming
+// back, not after the rest of a backoff of up to DefaultBackoffMax.
+// Without it, the earliest waiting operation is the only probe. It
+// probes after start too, for the backoffs a previous run left in the
+// queue. It sleeps, without a timer, while the remote answers or nothing
+// is queued; a write or a session change does not put a due probe off.
 func (d *Daemon) prober(hard context.Context, p Prober) {
 	defer d.life.wg.Done()
-	wait := d.probeEvery
+	// A probe in flight ends at Stop: unlike a send, it carries nothing
+	// worth waiting for.
+	ctx, cancel := context.WithCancel(hard)
+	unwatched := make(chan struct{})
+	go func() {
+		defer close(unwatched)
+		select {
+		case <-d.life.stopCh:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
 	var timer *time.Timer // the next probe, when one is due
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
+		cancel()
+		<-unwatched
 	}()
+	wait := d.probeEvery
 	for {
 		wake := d.wakeChan() // a write or a session change: look again
-		if timer == nil && d.probeWanted(wait) {
+		if timer == nil && d.probeArmed() {
 			timer = time.NewTimer(wait)
 		}
 		var fire <-chan time.Time
@@ -47,9 +62,7 @@ func (d *Daemon) prober(hard context.Context, p Prober) {
 			fire = timer.C
 		}
 		select {
-		case <-d.life.stopCh:
-			return
-		case <-hard.Done():
+		case <-ctx.Done():
 			return
 		case <-d.offline: // a new outage: start the schedule over
 			wait = d.probeEvery
@@ -60,8 +73,8 @@ func (d *Daemon) prober(hard context.Context, p Prober) {
 		case <-wake:
 		case <-fire:
 			timer = nil
-			if d.probeWanted(0) {
-				d.probe(hard, p)
+			if d.probeWanted() {
+				d.probe(ctx, p)
 				wait = min(2*wait, probeMaxFactor*d.probeEvery)
 			}
 		}
@@ -76,34 +89,57 @@ func (d *Daemon) probeNow() {
 	}
 }
 
-// probeWanted reports whether a probe in wait would tell something that
-// no send will tell sooner: the remote is not known to answer, the
-// session may send, and its account's next operation waits longer than
-// wait.
-func (d *Daemon) probeWanted(wait time.Duration) bool {
+// probeArmed reports whether the prober should keep a probe scheduled:
+// the remote is not known to answer, the session may send, and its
+// account has operations queued.
+func (d *Daemon) probeArmed() bool {
+	_, ok := d.probeNext()
+	return ok
+}
+
+// probeWanted reports whether a probe now would tell something that no
+// send is telling: armed, and no operation is ready to go (a send is a
+// probe too).
+func (d *Daemon) probeWanted() bool {
+	at, ok := d.probeNext()
+	return ok && at.After(d.now())
+}
+
+// probeNext is when the account's next queued operation may go, if the
+// prober is armed.
+func (d *Daemon) probeNext() (time.Time, bool) {
 	d.onlineMu.Lock()
 	answers := d.contacted && d.online
 	d.onlineMu.Unlock()
 	if answers {
-		return false
+		return time.Time{}, false
 	}
 	sess, ok := d.snapshot()
 	if !ok {
-		return false
+		return time.Time{}, false
 	}
 	at, ok, err := d.store.NextWake(sess.account)
-	return err == nil && ok && at.After(d.now().Add(wait))
+	return at, err == nil && ok
 }
 
 // probe asks the remote whether it answers and records what it learned:
 // no answer keeps the daemon offline; a well answer (not 5xx or 429) ends
 // the outage and sends what waited. It reports whether an answer came.
 func (d *Daemon) probe(ctx context.Context, p Prober) bool {
+	d.onlineMu.Lock()
+	answered := d.answers
+	d.onlineMu.Unlock()
 	status, err := p.Probe(ctx)
 	switch {
 	case ctx.Err() != nil:
 		return false // stopping: says nothing about the remote
 	case err != nil:
+		d.onlineMu.Lock()
+		stale := d.answers != answered
+		d.onlineMu.Unlock()
+		if stale {
+			return false // a send got an answer meanwhile: old news
+		}
 		d.logger.Debug("daemon: the remote does not answer", "err", err)
 		d.observe(false, false, true)
 		return false

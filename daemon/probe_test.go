@@ -173,31 +173,60 @@ func TestProbeAtStartSendsBacklog(t *testing.T) {
 	}
 }
 
-// A probe is wanted only while the remote does not answer, the session
-// may send, and its next operation waits longer than the probe would.
-func TestProbeWanted(t *testing.T) {
+// The prober keeps a probe scheduled while the remote is not known to
+// answer, the session may send and operations are queued; it probes when
+// none of them is ready to go (a send is a probe too).
+func TestProbeArmedAndWanted(t *testing.T) {
 	t.Parallel()
 	e := setup(t, envOpts{cfg: probeCfg()})
-	if e.d.probeWanted(0) {
-		t.Error("probe wanted with an empty queue")
+	if e.d.probeArmed() {
+		t.Error("armed with an empty queue")
 	}
 	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action { return faultproxy.Action{Kind: faultproxy.Reset} })
 	n1 := e.create("n1", `{"v":1}`).Operation.ID
-	if e.d.probeWanted(0) {
-		t.Error("probe wanted while an operation is ready: its send is the probe")
+	if !e.d.probeArmed() || e.d.probeWanted() {
+		t.Error("an operation ready to go: want armed, and its send as the probe")
 	}
 	e.drain()
 	e.waitsLong(n1)
-	if !e.d.probeWanted(time.Minute) {
-		t.Error("no probe wanted while offline with an operation waiting an hour")
-	}
-	if e.d.probeWanted(2 * time.Hour) {
-		t.Error("probe wanted although the operation goes before it")
+	if !e.d.probeArmed() || !e.d.probeWanted() {
+		t.Error("offline with an operation waiting: want a probe")
 	}
 	if _, err := e.d.Logout(t.Context(), LogoutKeep, false); err != nil {
 		t.Fatal(err)
 	}
-	if e.d.probeWanted(0) {
-		t.Error("probe wanted while signed out")
+	if e.d.probeArmed() {
+		t.Error("armed while signed out")
 	}
+}
+
+// With backoffs shorter than the probe interval at first, as the
+// defaults are (1 s against 5 s), the prober still probes once they grow:
+// it stays armed through the outage and does not wait for a write.
+func TestProbeWithShortBackoff(t *testing.T) {
+	t.Parallel()
+	cfg := probeCfg()
+	cfg.Policy.Backoff = transport.Backoff{Base: time.Millisecond, Max: time.Hour}
+	cfg.ProbeInterval = 20 * time.Millisecond
+	e := setup(t, envOpts{cfg: cfg})
+	var offline atomic.Bool
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if offline.Load() {
+			return faultproxy.Action{Kind: faultproxy.Reset}
+		}
+		return faultproxy.Action{}
+	})
+	e.create("n0", `{"v":0}`)
+	e.drain()
+	offline.Store(true)
+	n1 := e.create("n1", `{"v":1}`).Operation.ID
+	if err := e.d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitProxy(t, e, "a probe while offline", func(log []faultproxy.Entry) bool {
+		return faultproxy.Count(log, func(e faultproxy.Entry) bool { return isProbe(e) && e.Action == faultproxy.Reset }) > 0
+	})
+	offline.Store(false)
+	e.events.wait(t, "n1 done", opDone(n1))
+	e.oneRecord("n1")
 }

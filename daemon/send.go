@@ -280,7 +280,9 @@ func (d *Daemon) observe(online, well, byProbe bool) {
 	d.onlineMu.Lock()
 	changed := !d.contacted || d.online != online
 	d.online, d.contacted = online, true
-	if !online {
+	if online {
+		d.answers++
+	} else {
 		if d.offlineSince.IsZero() {
 			d.offlineSince = now
 		}

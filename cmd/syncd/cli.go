@@ -48,12 +48,17 @@ func (cf *clientFlags) resolve(getenv func(string) string) error {
 	if cf.addr == "" {
 		cf.addr = getenv("SYNCD_ADDR")
 	}
-	if cf.addr != "" && (cf.dataDir != "" || cf.tokenFile != "") {
+	if cf.addr != "" && (cf.dataDir != "" || cf.tokenFile != "") && cf.configFile == "" {
 		return nil // nothing left to look up
 	}
 	l, err := config.ResolveFile(cf.configFile, config.DefaultScope(), func(name string) string {
-		if name == "SYNCD_DATA_DIR" && cf.dataDir != "" {
-			return cf.dataDir // a --data-dir flag is the data directory, even without a default one
+		if name == "SYNCD_DATA_DIR" {
+			switch {
+			case cf.dataDir != "":
+				return cf.dataDir // the flag wins, and needs no default
+			case cf.tokenFile != "" && getenv(name) == "":
+				return "." // unused: the token file is named
+			}
 		}
 		return getenv(name)
 	})

@@ -292,7 +292,7 @@ func run2(c *cliEnv, args ...string) (stdout, stderr string, code int) {
 // `syncd run --config` runs it: its listen address and data directory
 // (where the token is). Flags win over the file.
 func TestCLIConfigFile(t *testing.T) {
-	t.Parallel()
+	clearEnv(t) // not parallel: the shell's SYNCD_* would change the answers
 	c := startCLI(t, localapitest.Options{Account: "alice"})
 	dataDir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dataDir, "api-token"), []byte(localapitest.Token+"\n"), 0o600); err != nil {
@@ -319,6 +319,10 @@ func TestCLIConfigFile(t *testing.T) {
 	if _, errOut, code := run2(c, "ops", "list", "--config", cfg); code != 0 {
 		t.Errorf("ops list --config: exit %d: %s", code, errOut)
 	}
+	// A token file alone: the address still comes from the file.
+	if _, errOut, code := run2(c, "status", "--config", cfg, "--token-file", c.tokenFile); code != 0 {
+		t.Errorf("--token-file with --config: exit %d: %s", code, errOut)
+	}
 	// A flag wins over the file.
 	if _, _, code := run2(c, "status", "--config", cfg, "--addr", "127.0.0.1:1"); code != exitUnreachable {
 		t.Errorf("--addr over the config file: exit %d, want %d", code, exitUnreachable)
@@ -326,13 +330,20 @@ func TestCLIConfigFile(t *testing.T) {
 	if _, _, code := run2(c, "status", "--config", cfg, "--data-dir", t.TempDir()); code != exitUnreachable {
 		t.Errorf("--data-dir without a token over the config file: exit %d, want %d", code, exitUnreachable)
 	}
-	// A config file syncd would refuse is refused here too, by name.
+	// A config file syncd would refuse is refused here too, by name, even
+	// when flags name everything it would give.
 	for name, f := range map[string]string{
 		"unknown key":  writeConfig(`{"listn": "127.0.0.1:7419"}`),
 		"missing file": filepath.Join(t.TempDir(), "none.json"),
 	} {
-		if _, errOut, code := run2(c, "status", "--config", f); code != exitUsage || !strings.Contains(errOut, f) {
-			t.Errorf("%s: exit %d, want %d; stderr %q does not name %s", name, code, exitUsage, errOut, f)
+		for _, args := range [][]string{
+			{"status", "--config", f},
+			{"status", "--config", f, "--addr", c.Addr, "--token-file", c.tokenFile},
+			{"compact", "--config", f, "--data-dir", dataDir},
+		} {
+			if _, errOut, code := run2(c, args...); code != exitUsage || !strings.Contains(errOut, f) {
+				t.Errorf("%s: %v: exit %d, want %d; stderr %q does not name the file", name, args[:1], code, exitUsage, errOut)
+			}
 		}
 	}
 
@@ -348,9 +359,17 @@ func TestCLIConfigFile(t *testing.T) {
 	}
 }
 
+// clearEnv unsets the variables the client commands read, for this test.
+func clearEnv(t *testing.T) {
+	for _, name := range []string{"SYNCD_CONFIG", "SYNCD_ADDR", "SYNCD_LISTEN", "SYNCD_DATA_DIR"} {
+		t.Setenv(name, "")
+	}
+}
+
 // SYNCD_CONFIG names the file as --config does; SYNCD_ADDR, the address
 // to dial, wins over the file's listen address.
 func TestCLIConfigEnv(t *testing.T) {
+	clearEnv(t)
 	c := startCLI(t, localapitest.Options{Account: "alice"})
 	dataDir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dataDir, "api-token"), []byte(localapitest.Token), 0o600); err != nil {

@@ -27,9 +27,16 @@ func cmdCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parseFlags(fs, args, "compact"); err != nil {
 		return err
 	}
-	if *dataDir == "" {
-		// The data directory the same config runs syncd on.
-		l, err := config.ResolveFile(*configFile, config.DefaultScope(), os.Getenv)
+	if *dataDir == "" || *configFile != "" {
+		// The data directory the same config runs syncd on; a named
+		// config file is checked even when --data-dir overrides it.
+		dir := *dataDir
+		l, err := config.ResolveFile(*configFile, config.DefaultScope(), func(name string) string {
+			if name == "SYNCD_DATA_DIR" && dir != "" {
+				return dir
+			}
+			return os.Getenv(name)
+		})
 		if err != nil {
 			return fmt.Errorf("%w: compact: %v", errUsage, err)
 		}

@@ -31,9 +31,17 @@ type Config struct {
 	Addr string
 	// Token is the API token (the api-token file in syncd's data dir).
 	Token string
-	// HTTPClient. Default: a client with a 30s timeout.
+	// HTTPClient. Default: a client with a 30s timeout that keeps up to
+	// DefaultMaxIdleConns connections to syncd open for reuse.
 	HTTPClient *http.Client
 }
+
+// DefaultMaxIdleConns is how many idle connections to syncd the default
+// HTTP client keeps: an app writing from several goroutines at once
+// reuses them instead of opening (and leaving in TIME_WAIT) a new
+// loopback connection for most requests, as net/http's default of 2
+// per host would.
+const DefaultMaxIdleConns = 16
 
 // Client talks to one syncd. It is safe for concurrent use.
 type Client struct {
@@ -52,10 +60,16 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("client: no API token")
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = DefaultMaxIdleConns
+		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: t}
 	}
 	return &Client{base: "http://" + cfg.Addr, addr: cfg.Addr, token: cfg.Token, hc: cfg.HTTPClient}, nil
 }
+
+// CloseIdleConnections closes the kept-alive connections to syncd that
+// are idle, as an app does when it is done with the client.
+func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 
 // ReadToken reads the API token from syncd's data directory.
 func ReadToken(dataDir string) (string, error) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -335,5 +336,49 @@ func (p *proxy) dropAll() {
 	defer p.mu.Unlock()
 	for c := range p.conns {
 		c.Close()
+	}
+}
+
+// The default HTTP client keeps enough idle connections for an app that
+// writes from several goroutines: they are reused, not opened anew for
+// most requests.
+func TestDefaultClientReusesConnections(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	conns := 0
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"counts":{}}`)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c, err := client.New(client.Config{Addr: srv.Listener.Addr().String(), Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseIdleConnections()
+	const workers, rounds = 8, 25
+	for range rounds {
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				if _, err := c.Status(t.Context()); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if conns > 2*workers {
+		t.Fatalf("%d connections opened for %d requests from %d goroutines", conns, workers*rounds, workers)
 	}
 }

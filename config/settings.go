@@ -103,6 +103,16 @@ func Defaults(scope Scope, getenv func(string) string) Settings {
 	}
 }
 
+// Scratch is the built-in settings for a self-contained daemon in
+// dataDir, as `syncd bench` runs one: no config file or environment,
+// the local API on a free loopback port, syncing to the embedded
+// reference server.
+func Scratch(dataDir string) (Settings, error) {
+	s := Defaults(User, func(string) string { return "" })
+	s.DataDir, s.Listen = dataDir, "127.0.0.1:0"
+	return s, s.finish()
+}
+
 // serviceNameRE is what a service name may be: it becomes file names
 // (/etc/init.d/NAME, NAME.service, NAME.plist).
 var serviceNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)

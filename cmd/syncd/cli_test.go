@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -402,6 +403,40 @@ func TestDialAddr(t *testing.T) {
 	} {
 		if got := dialAddr(listen); got != want {
 			t.Errorf("dialAddr(%q) = %q, want %q", listen, got, want)
+		}
+	}
+}
+
+// syncd bench runs a real daemon per row in a scratch directory, prints
+// one row per client count, and removes the directory.
+func TestBench(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	if err := run([]string{"bench", "--ops", "30", "--clients", "1,4", "--dir", dir}, &out, &errOut); err != nil {
+		t.Fatalf("bench: %v\n%s", err, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(strings.TrimSpace(lines[2]), "clients  creates/s") {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	for i, n := range []string{"1", "4"} {
+		f := strings.Fields(lines[3+i])
+		if len(f) != 6 || f[0] != n {
+			t.Fatalf("row %d: %q", i, lines[3+i])
+		}
+		for _, num := range []string{f[1], f[5]} {
+			if v, err := strconv.ParseFloat(num, 64); err != nil || v <= 0 {
+				t.Errorf("row %d: rate %q", i, num)
+			}
+		}
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("scratch data left in %s: %v", dir, left)
+	}
+	for _, args := range [][]string{{"bench", "--clients", "0"}, {"bench", "--clients", "x"}, {"bench", "--ops", "0"}} {
+		if err := run(args, &out, &errOut); !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v, want a usage error", args, err)
 		}
 	}
 }

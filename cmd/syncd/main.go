@@ -31,6 +31,7 @@ func commands() []command {
 		{"ops", "list, show, retry or discard queued operations", cmdOps},
 		{"events", "print the live sync event stream", cmdEvents},
 		{"compact", "rewrite the data file without its free pages (syncd stopped)", cmdCompact},
+		{"bench", "measure durable creates and syncing on this machine, in a scratch directory", cmdBench},
 		{"service", "install, start, stop or uninstall syncd as an OS service", cmdService},
 	}
 }

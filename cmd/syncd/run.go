@@ -64,12 +64,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		StopTimeout: localapi.DefaultShutdownTimeout + rc.ShutdownTimeout + 2*time.Second,
 		Logger:      logger,
 	}, func(ctx context.Context) error {
-		return runDaemon(ctx, rc, stdout, logger)
+		return runDaemon(ctx, rc, stdout, logger, nil)
 	})
 }
 
-// runDaemon is the daemon: it runs until ctx ends.
-func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger *slog.Logger) error {
+// runDaemon is the daemon: it runs until ctx ends. listening, if not
+// nil, is called with the local API's address once it listens.
+func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger *slog.Logger, listening func(addr string)) error {
 	// Every committed change goes to the event bus (GET /v1/events) and
 	// marks the queue totals as possibly changed.
 	bus := daemon.NewBus(daemon.BusConfig{})
@@ -169,6 +170,9 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 	}
 	fmt.Fprintf(stdout, "syncd: listening on http://%s\n", ln.Addr())
 	fmt.Fprintf(stdout, "syncd: API token in %s\n", tokenPath)
+	if listening != nil {
+		listening(ln.Addr().String())
+	}
 	if err := srv.Run(ctx, ln); err != nil {
 		return err
 	}

@@ -27,16 +27,6 @@ func probeCfg() Config {
 
 func isProbe(e faultproxy.Entry) bool { return e.Method == http.MethodHead }
 
-// waitProxy waits until cond holds for the proxy's log.
-func waitProxy(t *testing.T, e *env, what string, cond func([]faultproxy.Entry) bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := e.proxy.Wait(ctx, cond); err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
-}
-
 func opDone(id string) func([]queue.Event) bool {
 	return func(es []queue.Event) bool {
 		for _, ev := range es {
@@ -46,6 +36,37 @@ func opDone(id string) func([]queue.Event) bool {
 		}
 		return false
 	}
+}
+
+// networkSwitch makes the proxy reset every request while the switch it
+// returns is on.
+func networkSwitch(e *env) *atomic.Bool {
+	var offline atomic.Bool
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if offline.Load() {
+			return faultproxy.Action{Kind: faultproxy.Reset}
+		}
+		return faultproxy.Action{}
+	})
+	return &offline
+}
+
+// reconnectAfterFailedProbe waits until a probe has failed, brings the
+// network back, and waits until operation id is done and its entity
+// clientID is on the server once.
+func (e *env) reconnectAfterFailedProbe(offline *atomic.Bool, id, clientID string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	failedProbe := func(log []faultproxy.Entry) bool {
+		return faultproxy.Count(log, func(e faultproxy.Entry) bool { return isProbe(e) && e.Action == faultproxy.Reset }) > 0
+	}
+	if err := e.proxy.Wait(ctx, failedProbe); err != nil {
+		e.t.Fatalf("waiting for a probe while offline: %v", err)
+	}
+	offline.Store(false)
+	e.events.wait(e.t, id+" done", opDone(id))
+	e.oneRecord(clientID)
 }
 
 // waitsLong checks that an operation waits far beyond the test's time.
@@ -62,13 +83,7 @@ func (e *env) waitsLong(id string) {
 func TestProbeEndsOutage(t *testing.T) {
 	t.Parallel()
 	e := setup(t, envOpts{cfg: probeCfg()})
-	var offline atomic.Bool
-	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
-		if offline.Load() {
-			return faultproxy.Action{Kind: faultproxy.Reset}
-		}
-		return faultproxy.Action{}
-	})
+	offline := networkSwitch(e)
 	e.create("n0", `{"v":0}`) // the first success since start
 	e.drain()
 	offline.Store(true)
@@ -80,12 +95,7 @@ func TestProbeEndsOutage(t *testing.T) {
 	if err := e.d.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitProxy(t, e, "a probe while offline", func(log []faultproxy.Entry) bool {
-		return faultproxy.Count(log, func(e faultproxy.Entry) bool { return isProbe(e) && e.Action == faultproxy.Reset }) > 0
-	})
-	offline.Store(false)
-	e.events.wait(t, "n1 done", opDone(n1))
-	e.oneRecord("n1")
+	e.reconnectAfterFailedProbe(offline, n1, "n1")
 	if !e.clock.Now().Equal(start) {
 		t.Fatal("the clock moved")
 	}
@@ -143,14 +153,8 @@ func TestProbeKeepsBackoffOfOneFailingOp(t *testing.T) {
 func TestProbeAtStartSendsBacklog(t *testing.T) {
 	t.Parallel()
 	e := setup(t, envOpts{cfg: probeCfg()})
-	var offline atomic.Bool
+	offline := networkSwitch(e)
 	offline.Store(true)
-	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
-		if offline.Load() {
-			return faultproxy.Action{Kind: faultproxy.Reset}
-		}
-		return faultproxy.Action{}
-	})
 	n1 := e.create("n1", `{"v":1}`).Operation.ID
 	e.drain() // the previous run: offline
 	e.waitsLong(n1)
@@ -209,13 +213,7 @@ func TestProbeWithShortBackoff(t *testing.T) {
 	cfg.Policy.Backoff = transport.Backoff{Base: time.Millisecond, Max: time.Hour}
 	cfg.ProbeInterval = 20 * time.Millisecond
 	e := setup(t, envOpts{cfg: cfg})
-	var offline atomic.Bool
-	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
-		if offline.Load() {
-			return faultproxy.Action{Kind: faultproxy.Reset}
-		}
-		return faultproxy.Action{}
-	})
+	offline := networkSwitch(e)
 	e.create("n0", `{"v":0}`)
 	e.drain()
 	offline.Store(true)
@@ -223,10 +221,5 @@ func TestProbeWithShortBackoff(t *testing.T) {
 	if err := e.d.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitProxy(t, e, "a probe while offline", func(log []faultproxy.Entry) bool {
-		return faultproxy.Count(log, func(e faultproxy.Entry) bool { return isProbe(e) && e.Action == faultproxy.Reset }) > 0
-	})
-	offline.Store(false)
-	e.events.wait(t, "n1 done", opDone(n1))
-	e.oneRecord("n1")
+	e.reconnectAfterFailedProbe(offline, n1, "n1")
 }

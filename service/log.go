@@ -38,11 +38,12 @@ func LogOutput(dir string, stderr io.Writer) (w io.Writer, close func() error, e
 // write would take it past max bytes. Writes are whole log lines; one
 // longer than max still goes out whole, into a file of its own.
 type logFile struct {
-	mu   sync.Mutex
-	path string
-	max  int64
-	f    *os.File
-	size int64
+	mu     sync.Mutex
+	path   string
+	max    int64
+	f      *os.File // nil after a failed reopen: the next write tries again
+	size   int64
+	closed bool
 }
 
 func openLogFile(path string, max int64) (*logFile, error) {
@@ -70,11 +71,14 @@ func (l *logFile) open(flag int) error {
 func (l *logFile) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.f == nil {
+	if l.closed {
 		return 0, os.ErrClosed
 	}
-	if l.size > 0 && l.size+int64(len(p)) > l.max {
-		if err := l.rotate(); err != nil {
+	if l.f != nil && l.size > 0 && l.size+int64(len(p)) > l.max {
+		l.rotate(int64(len(p)))
+	}
+	if l.f == nil {
+		if err := l.open(os.O_APPEND); err != nil {
 			return 0, err
 		}
 	}
@@ -83,19 +87,26 @@ func (l *logFile) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// rotate moves the file to path.1 and starts a new one. If the rename
-// fails (another program holds the old file open on Windows), the file
-// starts over in place rather than growing without bound.
-func (l *logFile) rotate() error {
-	l.f.Close()
+// rotate moves the file to path.1 and starts a new one, before a write
+// of next bytes. Windows refuses the rename while another program (a
+// virus scanner, an editor showing the old file) holds a file open: then
+// the log goes on in the same file and the next write tries again, until
+// the file would pass twice max, where it starts over in place rather
+// than grow without bound.
+func (l *logFile) rotate(next int64) {
+	l.f.Close() // Windows renames no open file
 	l.f = nil
-	os.Rename(l.path, l.path+".1")
-	return l.open(os.O_TRUNC)
+	flag := os.O_TRUNC
+	if err := os.Rename(l.path, l.path+".1"); err != nil && l.size+next <= 2*l.max {
+		flag = os.O_APPEND
+	}
+	l.open(flag) // on failure l.f stays nil and Write tries again
 }
 
 func (l *logFile) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.closed = true
 	if l.f == nil {
 		return nil
 	}

@@ -60,3 +60,40 @@ func TestLogFileRotates(t *testing.T) {
 	}
 	l.Close()
 }
+
+// When the old file cannot be replaced (on Windows, while another
+// program holds it open), the log goes on in the same file and tries
+// again at each write; at twice the limit it starts over in place.
+func TestLogFileRenameFails(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), LogFileName)
+	// A directory that is not empty cannot be replaced by a rename.
+	if err := os.MkdirAll(filepath.Join(path+".1", "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	l, err := openLogFile(path, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var all string
+	for i := range 7 { // 182 bytes: past the limit, short of twice it
+		line := fmt.Sprintf("level=INFO msg=\"line %03d\"\n", i)
+		all += line
+		if _, err := fmt.Fprint(l, line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := os.ReadFile(path); string(got) != all {
+		t.Fatalf("log holds %q, want every line %q", got, all)
+	}
+	for i := 7; i < 20; i++ {
+		fmt.Fprintf(l, "level=INFO msg=\"line %03d\"\n", i)
+		if st, err := os.Stat(path); err != nil || st.Size() > 200 {
+			t.Fatalf("after line %d: %v, size %d > 200", i, err, st.Size())
+		}
+	}
+	if got, _ := os.ReadFile(path); !strings.HasSuffix(string(got), "line 019\"\n") {
+		t.Fatalf("the newest line is missing: %q", got)
+	}
+}

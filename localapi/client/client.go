@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -32,9 +33,24 @@ type Config struct {
 	// Token is the API token (the api-token file in syncd's data dir).
 	Token string
 	// HTTPClient. Default: a client with a 30s timeout that keeps up to
-	// DefaultMaxIdleConns connections to syncd open for reuse.
+	// DefaultMaxIdleConns connections to syncd open for reuse, in a pool
+	// that every Client made without an HTTPClient shares.
 	HTTPClient *http.Client
 }
+
+// defaultTransport is the connection pool every Client with the default
+// HTTP client shares: net/http's default transport with more idle
+// connections kept, or that transport itself if an app replaced it with
+// another kind.
+var defaultTransport = sync.OnceValue(func() http.RoundTripper {
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return http.DefaultTransport
+	}
+	t = t.Clone()
+	t.MaxIdleConnsPerHost = DefaultMaxIdleConns
+	return t
+})
 
 // DefaultMaxIdleConns is how many idle connections to syncd the default
 // HTTP client keeps: an app writing from several goroutines at once
@@ -60,15 +76,14 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("client: no API token")
 	}
 	if cfg.HTTPClient == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = DefaultMaxIdleConns
-		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: t}
+		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: defaultTransport()}
 	}
 	return &Client{base: "http://" + cfg.Addr, addr: cfg.Addr, token: cfg.Token, hc: cfg.HTTPClient}, nil
 }
 
-// CloseIdleConnections closes the kept-alive connections to syncd that
-// are idle, as an app does when it is done with the client.
+// CloseIdleConnections closes the idle kept-alive connections of the
+// client's HTTP client (with the default one: of every such Client), as
+// an app does when it is done talking to syncd.
 func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 
 // ReadToken reads the API token from syncd's data directory.

@@ -48,8 +48,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		clients = append(clients, n)
 	}
-	if *ops < 1 {
-		return fmt.Errorf("%w: bench: --ops %d: want 1 or more", errUsage, *ops)
+	if *ops < 1 || *ops > maxBenchOps {
+		return fmt.Errorf("%w: bench: --ops %d: want 1 to %d", errUsage, *ops, maxBenchOps)
 	}
 	base, err := os.MkdirTemp(*dir, "syncd-bench-")
 	if err != nil {
@@ -59,8 +59,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "syncd bench: %d creates per row through the local API, fsync on, synced to the embedded reference server; scratch data in %s (removed after)\n\n", *ops, base)
 	const row = "%7s  %9s  %10s  %10s  %16s  %8s\n" // a row as it is measured
 	fmt.Fprintf(stdout, row, "clients", "creates/s", "create p50", "create p99", "all synced after", "synced/s")
-	for _, n := range clients {
-		r, err := benchRow(ctx, filepath.Join(base, strconv.Itoa(n)), n, *ops, stderr)
+	for i, n := range clients {
+		r, err := benchRow(ctx, filepath.Join(base, fmt.Sprintf("row%d", i)), n, *ops, stderr)
 		if err != nil {
 			return fmt.Errorf("bench: %d clients: %w", n, err)
 		}
@@ -68,6 +68,12 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	return nil
 }
+
+// maxBenchOps bounds --ops (a latency is kept per create).
+const maxBenchOps = 1_000_000
+
+// benchSyncTimeout bounds the wait for a row's creates to be synced.
+const benchSyncTimeout = 10 * time.Minute
 
 type benchResult struct {
 	createRate float64
@@ -119,16 +125,19 @@ func benchRow(ctx context.Context, dataDir string, clients, ops int, stderr io.W
 
 	lat := make([]time.Duration, ops)
 	var next atomic.Int64
-	var failed atomic.Value
+	var failOnce sync.Once
+	var failed error
+	var stop atomic.Bool
 	data := map[string]any{"title": "syncd bench", "body": strings.Repeat("x", 64), "done": false}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range clients {
 		wg.Go(func() {
-			for i := next.Add(1) - 1; i < int64(ops) && failed.Load() == nil; i = next.Add(1) - 1 {
+			for i := next.Add(1) - 1; i < int64(ops) && !stop.Load(); i = next.Add(1) - 1 {
 				t0 := time.Now()
 				if _, err := c.Create(ctx, "note", "", data); err != nil {
-					failed.Store(err)
+					failOnce.Do(func() { failed = err })
+					stop.Store(true)
 					return
 				}
 				lat[i] = time.Since(t0)
@@ -137,10 +146,10 @@ func benchRow(ctx context.Context, dataDir string, clients, ops int, stderr io.W
 	}
 	wg.Wait()
 	wrote := time.Since(start)
-	if err, ok := failed.Load().(error); ok {
-		return r, err
+	if failed != nil {
+		return r, failed
 	}
-	if err := waitSynced(ctx, c); err != nil {
+	if err := waitSynced(ctx, c, benchSyncTimeout); err != nil {
 		return r, err
 	}
 	r.synced = time.Since(start)
@@ -150,8 +159,11 @@ func benchRow(ctx context.Context, dataDir string, clients, ops int, stderr io.W
 	return r, nil
 }
 
-// waitSynced polls the status until no operation is left unfinished.
-func waitSynced(ctx context.Context, c *client.Client) error {
+// waitSynced polls the status until no operation is left unfinished. It
+// fails when one failed, when sending is paused, or after timeout.
+func waitSynced(ctx context.Context, c *client.Client, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -159,15 +171,18 @@ func waitSynced(ctx context.Context, c *client.Client) error {
 		if err != nil {
 			return err
 		}
-		if n := st.Counts["permanent_failed"]; n > 0 {
-			return fmt.Errorf("%d operations failed", n)
-		}
-		if st.Counts["pending"]+st.Counts["sending"]+st.Counts["retry_waiting"] == 0 {
+		left := st.Counts["pending"] + st.Counts["sending"] + st.Counts["retry_waiting"]
+		switch {
+		case st.Counts["permanent_failed"] > 0:
+			return fmt.Errorf("%d operations failed", st.Counts["permanent_failed"])
+		case st.Paused:
+			return fmt.Errorf("sending is paused (%s) with %d operations left", st.PauseReason, left)
+		case left == 0:
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("%d operations not synced after %v: %w", left, timeout, ctx.Err())
 		case <-tick.C:
 		}
 	}

@@ -434,7 +434,7 @@ func TestBench(t *testing.T) {
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Errorf("scratch data left in %s: %v", dir, left)
 	}
-	for _, args := range [][]string{{"bench", "--clients", "0"}, {"bench", "--clients", "x"}, {"bench", "--ops", "0"}} {
+	for _, args := range [][]string{{"bench", "--clients", "0"}, {"bench", "--clients", "x"}, {"bench", "--ops", "0"}, {"bench", "--ops", "1000001"}} {
 		if err := run(args, &out, &errOut); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}

@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -222,4 +224,87 @@ func TestProbeWithShortBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.reconnectAfterFailedProbe(offline, n1, "n1")
+}
+
+// probeFunc is a Prober.
+type probeFunc func(ctx context.Context) (int, error)
+
+func (f probeFunc) Probe(ctx context.Context) (int, error) { return f(ctx) }
+
+// A probe that fails after a send got an answer says nothing new: the
+// daemon stays online, and no outage is confirmed for the next success.
+func TestProbeFailureOvertakenByAnswer(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{cfg: probeCfg()})
+	e.d.observe(false, false, false) // offline after a send's network error
+	e.d.probe(t.Context(), probeFunc(func(context.Context) (int, error) {
+		e.d.observe(true, false, false) // meanwhile a send gets a 503
+		return 0, errors.New("connection reset")
+	}))
+	e.d.onlineMu.Lock()
+	online, failed := e.d.online, e.d.probeFailed
+	e.d.onlineMu.Unlock()
+	if !online || failed {
+		t.Fatalf("after a stale probe failure: online %v, probe failure recorded %v", online, failed)
+	}
+	// A probe failure not overtaken counts.
+	e.d.observe(false, false, false)
+	e.d.probe(t.Context(), probeFunc(func(context.Context) (int, error) { return 0, errors.New("connection reset") }))
+	e.d.onlineMu.Lock()
+	online, failed = e.d.online, e.d.probeFailed
+	e.d.onlineMu.Unlock()
+	if online || !failed {
+		t.Fatalf("after a probe failure: online %v, probe failure recorded %v", online, failed)
+	}
+}
+
+// probingSender sends through a real transport and probes with probe.
+type probingSender struct {
+	*transport.Client
+	probe probeFunc
+}
+
+func (s probingSender) Probe(ctx context.Context) (int, error) { return s.probe(ctx) }
+
+// Stop does not wait for a probe in flight: it is canceled.
+func TestStopCancelsProbe(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{cfg: probeCfg()})
+	networkSwitch(e).Store(true)
+	n1 := e.create("n1", `{"v":1}`).Operation.ID
+	probing := make(chan struct{})
+	var once sync.Once
+	cfg := probeCfg()
+	cfg.Store, cfg.Now, cfg.Logger = e.store, e.clock.Now, testLogger(t)
+	cfg.Transport = probingSender{e.client, func(ctx context.Context) (int, error) {
+		once.Do(func() { close(probing) })
+		<-ctx.Done() // a remote that never answers, with no timeout
+		return 0, ctx.Err()
+	}}
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Drain(t.Context()); err != nil { // offline, n1 waits an hour
+		t.Fatal(err)
+	}
+	e.waitsLong(n1)
+	if err := d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-probing:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no probe while offline")
+	}
+	stopped := make(chan struct{})
+	go func() {
+		d.Stop(context.Background()) // no deadline: only the probe could hold it
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop waited for a probe in flight")
+	}
 }

@@ -124,28 +124,27 @@ func (d *Daemon) probeNext() (time.Time, bool) {
 
 // probe asks the remote whether it answers and records what it learned:
 // no answer keeps the daemon offline; a well answer (not 5xx or 429) ends
-// the outage and sends what waited. It reports whether an answer came.
-func (d *Daemon) probe(ctx context.Context, p Prober) bool {
+// the outage and sends what waited.
+func (d *Daemon) probe(ctx context.Context, p Prober) {
 	d.onlineMu.Lock()
 	answered := d.answers
 	d.onlineMu.Unlock()
 	status, err := p.Probe(ctx)
 	switch {
 	case ctx.Err() != nil:
-		return false // stopping: says nothing about the remote
+		return // stopping: says nothing about the remote
 	case err != nil:
 		d.onlineMu.Lock()
 		stale := d.answers != answered
 		d.onlineMu.Unlock()
 		if stale {
-			return false // a send got an answer meanwhile: old news
+			return // a send got an answer meanwhile: old news
 		}
 		d.logger.Debug("daemon: the remote does not answer", "err", err)
 		d.observe(false, false, true)
-		return false
+		return
 	}
 	well := status < http.StatusInternalServerError && status != http.StatusTooManyRequests
 	d.logger.Debug("daemon: the remote answers", "status", status)
 	d.observe(true, well, true)
-	return true
 }

@@ -14,7 +14,8 @@ const LogFileName = "syncd.log"
 
 // MaxLogBytes bounds the log file LogOutput writes: past it the file is
 // renamed to LogFileName + ".1" (replacing the one before) and a new one
-// is started, so the log never takes more than twice this on disk.
+// is started, so the log takes about twice this on disk at most (see
+// logFile.rotate for when the rename fails).
 const MaxLogBytes = 10 << 20
 
 // LogOutput is where the program's log lines should go: stderr, which

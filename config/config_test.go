@@ -76,6 +76,9 @@ func TestPrecedence(t *testing.T) {
 		{"--config over SYNCD_CONFIG", env{config.EnvConfig: "/nonexistent.json"}, []string{"--config", file}, func(s config.Settings) bool {
 			return s.Listen == "127.0.0.1:1001"
 		}},
+		{"allowed hosts", env{"SYNCD_ALLOWED_HOSTS": "box.lan,192.168.1.10"}, []string{"--allowed-host", "fe80::1", "--allowed-host=Box2.lan"}, func(s config.Settings) bool {
+			return slices.Equal(s.AllowedHosts, []string{"fe80::1", "Box2.lan"})
+		}},
 		{"bool flag", env{"SYNCD_FORCE_LISTEN": "false"}, []string{"--force-listen", "--listen", "0.0.0.0:1004"}, func(s config.Settings) bool {
 			return s.ForceListen && s.Listen == "0.0.0.0:1004"
 		}},
@@ -154,6 +157,8 @@ func TestErrors(t *testing.T) {
 		{"zero concurrency", "", env{"SYNCD_CONCURRENCY": "0"}, nil, config.ErrInvalid, "concurrency"},
 		{"bad remote", "", nil, []string{"--remote", "ftp://x"}, config.ErrInvalid, "remote"},
 		{"bad origin", "", nil, []string{"--allowed-origin", "http://x/"}, config.ErrInvalid, "origin"},
+		{"host with a port", "", nil, []string{"--allowed-host", "box.lan:7419"}, config.ErrInvalid, "allowedHosts"},
+		{"wildcard host", `{"allowedHosts": ["*.lan"]}`, nil, nil, config.ErrInvalid, "allowedHosts"},
 		{"bad log format", "", nil, []string{"--log-format", "xml"}, config.ErrInvalid, "logFormat"},
 		{"bad service name", "", nil, []string{"--service-name", "../x"}, config.ErrInvalid, "service name"},
 		{"missing --config", "", nil, []string{"--config", filepath.Join(dir, "none.json")}, config.ErrNoConfigFile, "none.json"},

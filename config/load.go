@@ -33,6 +33,7 @@ var table = []setting{
 	{"dataDir", "data-dir", "data directory: the queue file syncd.db and the API token api-token", true, func(s *Settings) any { return &s.DataDir }},
 	{"listen", "listen", "address of the local API (loopback unless force-listen)", false, func(s *Settings) any { return &s.Listen }},
 	{"forceListen", "force-listen", "allow a listen address that is not loopback", false, func(s *Settings) any { return &s.ForceListen }},
+	{"allowedHosts", "allowed-host", "a Host name or address the local API accepts besides loopback names, for a forced listen reached by a LAN name (repeatable, or comma-separated)", false, func(s *Settings) any { return &s.AllowedHosts }},
 	{"remote", "remote", "base URL of the app's server (empty: the embedded reference server)", false, func(s *Settings) any { return &s.Remote }},
 	{"allowedOrigins", "allowed-origin", "a browser origin allowed to call the API, e.g. http://localhost:3000 (repeatable, or comma-separated)", false, func(s *Settings) any { return &s.AllowedOrigins }},
 	{"entityTypes", "entity-types", "comma-separated entity types apps may use (default: any)", false, func(s *Settings) any { return &s.EntityTypes }},

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -45,6 +46,10 @@ type Settings struct {
 	Listen string `json:"listen"`
 	// ForceListen allows a Listen address that is not loopback.
 	ForceListen bool `json:"forceListen"`
+	// AllowedHosts are Host names (or addresses) the local API accepts
+	// besides the loopback names: the names clients use to reach a
+	// forced Listen address, such as the machine's LAN name.
+	AllowedHosts []string `json:"allowedHosts"`
 	// Remote is the base URL of the app's server. Empty: the embedded
 	// reference server.
 	Remote string `json:"remote"`
@@ -155,6 +160,11 @@ func (s *Settings) finish() error {
 			return err
 		}
 	}
+	for _, h := range s.AllowedHosts {
+		if err := checkHost(h); err != nil {
+			return err
+		}
+	}
 	for _, t := range s.EntityTypes {
 		if err := queue.ValidateEntityType(t); err != nil {
 			return fmt.Errorf("%w: entityTypes: %v", ErrInvalid, err)
@@ -197,6 +207,18 @@ func (s *Settings) finish() error {
 		return fmt.Errorf("%w: logFormat %q: want text or json", ErrInvalid, s.LogFormat)
 	}
 	return ValidServiceName(s.ServiceName)
+}
+
+// hostRE is a DNS name: letters, digits, '-' and '.'.
+var hostRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$`)
+
+// checkHost accepts a bare host name or IP address: no port, scheme or
+// wildcard, which would let a rebound DNS name through.
+func checkHost(h string) error {
+	if net.ParseIP(h) == nil && !hostRE.MatchString(h) {
+		return fmt.Errorf("%w: allowedHosts: want a host name or IP address without a port, like syncd-box.lan or 192.168.1.10, got %q", ErrInvalid, h)
+	}
+	return nil
 }
 
 func checkOrigin(o string) error {

@@ -76,8 +76,9 @@ type Config struct {
 	// any Origin not listed is refused with 403 forbidden_origin.
 	AllowedOrigins []string
 	// AllowedHosts lists Host names accepted besides the loopback names
-	// (localhost, 127.0.0.0/8, ::1). Only for a server forced onto a
-	// non-loopback address; empty otherwise.
+	// (localhost, 127.0.0.0/8, ::1), typically those clients use to reach
+	// a server forced onto a non-loopback address. Each one exempts that
+	// name from the DNS-rebinding check: list only names you control.
 	AllowedHosts []string
 	// EntityTypes, if not empty, lists the entity types apps may use;
 	// others get 404 unknown_entity_type. Empty: any valid type name.

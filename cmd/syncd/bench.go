@@ -89,32 +89,15 @@ func benchRow(ctx context.Context, dataDir string, clients, ops int, stderr io.W
 	if err != nil {
 		return r, err
 	}
-	if err := config.MkdirPrivate(dataDir); err != nil {
-		return r, err
-	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	ctx, cancel := context.WithCancel(ctx)
-	addrs := make(chan string, 1)
-	stopped := make(chan error, 1)
-	go func() { stopped <- runDaemon(ctx, rc, io.Discard, logger, func(a string) { addrs <- a }) }()
-	defer func() {
-		cancel()
-		<-stopped
-	}()
-	var addr string
-	select {
-	case addr = <-addrs:
-	case err := <-stopped:
-		stopped <- err // for the deferred wait
-		return r, fmt.Errorf("daemon: %w", err)
-	}
-	token, err := os.ReadFile(filepath.Join(dataDir, localapi.TokenFileName))
+	addr, token, stopDaemon, err := startDaemon(ctx, rc, logger)
 	if err != nil {
 		return r, err
 	}
+	defer stopDaemon()
 	tr := &http.Transport{MaxIdleConnsPerHost: clients}
 	defer tr.CloseIdleConnections()
-	c, err := client.New(client.Config{Addr: addr, Token: strings.TrimSpace(string(token)), HTTPClient: &http.Client{Transport: tr, Timeout: time.Minute}})
+	c, err := client.New(client.Config{Addr: addr, Token: token, HTTPClient: &http.Client{Transport: tr, Timeout: time.Minute}})
 	if err != nil {
 		return r, err
 	}
@@ -157,6 +140,34 @@ func benchRow(ctx context.Context, dataDir string, clients, ops int, stderr io.W
 	slices.Sort(lat)
 	r.p50, r.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	return r, nil
+}
+
+// startDaemon runs runDaemon for rc in the background, as `syncd run`
+// would, until stop. It returns the local API's address and token.
+func startDaemon(ctx context.Context, rc config.Settings, logger *slog.Logger) (addr, token string, stop func(), err error) {
+	if err := config.MkdirPrivate(rc.DataDir); err != nil {
+		return "", "", nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	addrs := make(chan string, 1)
+	stopped := make(chan error, 1)
+	go func() { stopped <- runDaemon(ctx, rc, io.Discard, logger, func(a string) { addrs <- a }) }()
+	stop = func() {
+		cancel()
+		<-stopped
+	}
+	select {
+	case addr = <-addrs:
+	case err := <-stopped:
+		cancel()
+		return "", "", nil, fmt.Errorf("daemon: %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(rc.DataDir, localapi.TokenFileName))
+	if err != nil {
+		stop()
+		return "", "", nil, err
+	}
+	return addr, strings.TrimSpace(string(b)), stop, nil
 }
 
 // waitSynced polls the status until no operation is left unfinished. It

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/syncd/syncd/config"
@@ -151,13 +152,14 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 		AllowedOrigins: rc.AllowedOrigins,
 		EntityTypes:    rc.EntityTypes,
 		MaxBodyBytes:   rc.MaxBodyBytes,
+		AllowedHosts:   rc.AllowedHosts,
 		Logger:         logger,
 		Bus:            bus,
 	}
 	if rc.ForceListen {
 		// Requests to a forced address carry its host name in Host.
 		if host, _, err := net.SplitHostPort(rc.Listen); err == nil && host != "" {
-			cfg.AllowedHosts = []string{host}
+			cfg.AllowedHosts = append(slices.Clone(cfg.AllowedHosts), host)
 		}
 	}
 	srv, err := localapi.New(cfg)

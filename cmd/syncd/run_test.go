@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/syncd/syncd/config"
 )
 
 // binDir holds the binary syncdBinary built; TestMain removes it.
@@ -205,5 +208,36 @@ func TestRunRefusesNonLoopback(t *testing.T) {
 	ee, ok := err.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--force-listen") {
 		t.Errorf("exit %v, output %s", err, out)
+	}
+}
+
+// allowedHosts reaches the local API's Host check: a listed name is
+// served, any other name is refused.
+func TestRunAllowedHosts(t *testing.T) {
+	t.Parallel()
+	rc, err := config.Scratch(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.AllowedHosts = []string{"box.lan"}
+	addr, token, stop, err := startDaemon(t.Context(), rc, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	for host, want := range map[string]int{"box.lan": http.StatusOK, "box.lan:7419": http.StatusOK, "other.lan": http.StatusForbidden, addr: http.StatusOK} {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/status", nil)
+		req.Host = host
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("Host %s: %d, want %d", host, res.StatusCode, want)
+		}
 	}
 }

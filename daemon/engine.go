@@ -124,6 +124,12 @@ func (d *Daemon) worker(hard context.Context) {
 			// A done operation's outcome and the next claim share one
 			// commit: the worker goes on with what process claimed.
 			for ok {
+				if d.stopping() {
+					// Stop began while this was claimed: nothing new is
+					// sent, and an attempt not made is not counted.
+					d.releaseUnsent(c, "stopping")
+					return
+				}
 				c, ok = d.process(hard, c, true)
 			}
 			continue

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/syncd/syncd/idempotency"
+	"github.com/syncd/syncd/internal/clocktest"
 	"pgregory.net/rapid"
 )
 
@@ -87,27 +88,10 @@ type env struct {
 }
 
 // Clock is a settable clock for Config.Now.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type Clock = clocktest.Clock
 
 // NewClock returns a clock at t.
-func NewClock(t time.Time) *Clock { return &Clock{now: t} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func NewClock(t time.Time) *Clock { return clocktest.At(t) }
 
 func setup(t *testing.T, h Harness) *env {
 	t.Helper()

@@ -19,7 +19,10 @@ type Clock struct {
 }
 
 // New returns a Clock at Start.
-func New() *Clock { return &Clock{now: Start} }
+func New() *Clock { return At(Start) }
+
+// At returns a Clock at t.
+func At(t time.Time) *Clock { return &Clock{now: t} }
 
 // Now returns the clock's time.
 func (c *Clock) Now() time.Time {

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/syncd/syncd/config"
-	"github.com/syncd/syncd/localapi"
 	"github.com/syncd/syncd/localapi/client"
 )
 
@@ -140,34 +139,6 @@ func benchRow(ctx context.Context, dataDir string, clients, ops int, stderr io.W
 	slices.Sort(lat)
 	r.p50, r.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	return r, nil
-}
-
-// startDaemon runs runDaemon for rc in the background, as `syncd run`
-// would, until stop. It returns the local API's address and token.
-func startDaemon(ctx context.Context, rc config.Settings, logger *slog.Logger) (addr, token string, stop func(), err error) {
-	if err := config.MkdirPrivate(rc.DataDir); err != nil {
-		return "", "", nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	addrs := make(chan string, 1)
-	stopped := make(chan error, 1)
-	go func() { stopped <- runDaemon(ctx, rc, io.Discard, logger, func(a string) { addrs <- a }) }()
-	stop = func() {
-		cancel()
-		<-stopped
-	}
-	select {
-	case addr = <-addrs:
-	case err := <-stopped:
-		cancel()
-		return "", "", nil, fmt.Errorf("daemon: %w", err)
-	}
-	b, err := os.ReadFile(filepath.Join(rc.DataDir, localapi.TokenFileName))
-	if err != nil {
-		stop()
-		return "", "", nil, err
-	}
-	return addr, strings.TrimSpace(string(b)), stop, nil
 }
 
 // waitSynced polls the status until no operation is left unfinished. It

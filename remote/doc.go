@@ -13,7 +13,7 @@
 //
 // Routes (JSON; errors are {"error":{"code":"...","message":"..."}}):
 //
-//	POST   /v1/{type}       {clientId, data, payloadVersion}  201 the entity; 200 the existing one when (actor, type, clientId) exists
+//	POST   /v1/{type}       {clientId, data, payloadVersion}  201 the entity; 200 the existing one when (actor, type, clientId) names a live one
 //	PATCH  /v1/{type}/{id}  {data, payloadVersion}            200; data replaced unless payloadVersion is lower than the stored one
 //	DELETE /v1/{type}/{id}                                    200 the entity, now "deleted": true (a tombstone: GET still shows it)
 //	GET    /v1/{type}/{id}                                    200 the entity, 404 not_found
@@ -27,6 +27,26 @@
 // the top-level field "invalid": true is refused with 400 validation too,
 // so daemon tests can provoke a validation failure. An update of a
 // deleted entity answers 410 gone.
+//
+// One record per (actor, type, clientId). A create whose clientId names a
+// live record answers that record, 200, and changes nothing: that is what
+// makes a create resent after its idempotency record expired harmless. A
+// create whose clientId names a deleted record (a tombstone) brings the
+// record back, 201: same id, the create's data, payloadVersion and
+// createdAt, no longer deleted. The app deleted the entity and made it
+// again under the same local id; answering the tombstone would let the
+// daemon mark the new create synced while the server kept only the
+// deleted record. The id stays so that the clientId still names one
+// record, the unique index and GET ?clientId=X keep meaning that, and a
+// client that kept the old server id still updates and deletes the right
+// record by it. The payloadVersion is the create's even when lower than
+// the tombstone's, since a re-created entity may count versions from 1
+// again and its updates must not be ignored as stale. The lookup and the
+// write are one transaction: of racing creates of a deleted clientId one
+// brings it back (201) and the others answer it (200). A client must not
+// resend a create after the idempotency retention (the daemon fails such
+// operations for review instead): if the record was deleted meanwhile,
+// the resend would bring it back.
 //
 // POST, PATCH and DELETE go through the idempotency gate: they need an
 // Idempotency-Key; a repeat answers the stored response with

@@ -21,8 +21,8 @@ type Entity struct {
 	PayloadVersion int64           `json:"payloadVersion"`
 	CreatedAt      time.Time       `json:"createdAt"`
 	UpdatedAt      time.Time       `json:"updatedAt"`
-	// Deleted entities are kept as tombstones: GET shows them, a create
-	// with their clientId answers them, an update answers 410.
+	// Deleted entities are kept as tombstones: GET shows them, an update
+	// answers 410, a create with their clientId brings them back.
 	Deleted   bool       `json:"deleted,omitempty"`
 	DeletedAt *time.Time `json:"deletedAt,omitempty"`
 }
@@ -94,8 +94,10 @@ func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // handleCreate: POST /v1/{type} {clientId, data, payloadVersion}. A
-// create whose (actor, type, clientId) exists answers 200 with the
-// existing entity: one record ever, even after the key's record expired.
+// create whose (actor, type, clientId) names a live entity answers 200
+// with it: one record ever, even after the key's record expired. A create
+// whose clientId names a deleted entity brings it back under the same id
+// with the new data (201): the app made the entity again.
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	typ, ok := pathType(w, r)
 	if !ok {

@@ -591,3 +591,103 @@ func withPoolMaxConns(dsn string, n int) string {
 		return fmt.Sprintf("%s?pool_max_conns=%d", dsn, n)
 	}
 }
+
+// TestCreateAfterDelete: a create (a new key) whose clientId names a
+// deleted record brings the record back with the new data, under the same
+// server id, so PATCH and DELETE by that id keep working; a create whose
+// clientId names a live record still answers that record, 200.
+func TestCreateAfterDelete(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clock := idempotencytest.NewClock(time.Date(2026, 1, 13, 0, 0, 0, 0, time.UTC))
+		cfg := b.config(t)
+		cfg.Now = clock.Now
+		h := setup(t, cfg)
+		const tok = "alice"
+
+		first := h.must(t, "POST", "/v1/notes", tok, newKey(), `{"clientId":"n1","data":{"v":1},"payloadVersion":1}`)
+		id := entityOf(t, first).ID
+		if first.status != http.StatusCreated {
+			t.Fatalf("create: %d %s", first.status, first.body)
+		}
+		clock.Advance(time.Second)
+		if r := h.must(t, "PATCH", "/v1/notes/"+id, tok, newKey(), `{"data":{"v":5},"payloadVersion":5}`); r.status != http.StatusOK {
+			t.Fatalf("update: %d %s", r.status, r.body)
+		}
+		if r := h.must(t, "DELETE", "/v1/notes/"+id, tok, newKey(), ""); r.status != http.StatusOK || !entityOf(t, r).Deleted {
+			t.Fatalf("delete: %d %s", r.status, r.body)
+		}
+
+		// The app creates n1 again: a new operation, a new key, and a
+		// payloadVersion that starts over below the tombstone's.
+		clock.Advance(time.Second)
+		key, body := newKey(), `{"clientId":"n1","data":{"v":2},"payloadVersion":1}`
+		again := h.must(t, "POST", "/v1/notes", tok, key, body)
+		e := entityOf(t, again)
+		if again.status != http.StatusCreated || e.ID != id || string(e.Data) != `{"v":2}` || e.PayloadVersion != 1 ||
+			e.Deleted || e.DeletedAt != nil || !e.CreatedAt.Equal(clock.Now()) {
+			t.Fatalf("create after delete: %d %s, want 201 with id %s, data {\"v\":2}, not deleted", again.status, again.body, id)
+		}
+		if loc := again.header.Get("Location"); loc != "/v1/notes/"+id {
+			t.Fatalf("Location = %q", loc)
+		}
+		if r := h.must(t, "GET", "/v1/notes/"+id, tok, "", ""); r.body != again.body {
+			t.Fatalf("get after re-create: %s, want %s", r.body, again.body)
+		}
+		if r := h.must(t, "POST", "/v1/notes", tok, key, body); !r.replayed || r.body != again.body {
+			t.Fatalf("resend of the re-create: %d replayed=%v %s", r.status, r.replayed, r.body)
+		}
+		// Live again: another create is the duplicate guard's 200.
+		if r := h.must(t, "POST", "/v1/notes", tok, newKey(), `{"clientId":"n1","data":{"v":3},"payloadVersion":1}`); r.status != http.StatusOK || r.body != again.body {
+			t.Fatalf("create of a live clientId: %d %s, want 200 %s", r.status, r.body, again.body)
+		}
+		// The server id still works for updates and deletes.
+		if r := h.must(t, "PATCH", "/v1/notes/"+id, tok, newKey(), `{"data":{"v":4},"payloadVersion":2}`); r.status != http.StatusOK || string(entityOf(t, r).Data) != `{"v":4}` {
+			t.Fatalf("update after re-create: %d %s", r.status, r.body)
+		}
+		if r := h.must(t, "DELETE", "/v1/notes/"+id, tok, newKey(), ""); r.status != http.StatusOK || !entityOf(t, r).Deleted {
+			t.Fatalf("delete after re-create: %d %s", r.status, r.body)
+		}
+		if n := h.count(t, "alice", "notes", "n1"); n != 1 {
+			t.Fatalf("%d records, want 1", n)
+		}
+
+		// Racing re-creates with other keys and data: one wins (201),
+		// the others answer its record (200).
+		const n = 8
+		results, errs := make([]result, n), make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				results[i], errs[i] = h.do("POST", "/v1/notes", tok, newKey(), fmt.Sprintf(`{"clientId":"n1","data":{"race":%d},"payloadVersion":1}`, i))
+			})
+		}
+		close(start)
+		wg.Wait()
+		var winner string
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			if results[i].status == http.StatusCreated {
+				if winner != "" {
+					t.Fatalf("two racing re-creates won: %s and %s", winner, results[i].body)
+				}
+				winner = results[i].body
+			}
+		}
+		if winner == "" {
+			t.Fatalf("no racing re-create won: %+v", results)
+		}
+		for i := range n {
+			if results[i].status != http.StatusCreated && (results[i].status != http.StatusOK || results[i].body != winner) {
+				t.Fatalf("racing re-create %d: %d %s, want 200 %s", i, results[i].status, results[i].body, winner)
+			}
+		}
+		if r := h.must(t, "GET", "/v1/notes/"+id, tok, "", ""); r.body != winner {
+			t.Fatalf("after the race: %s, want %s", r.body, winner)
+		}
+	})
+}

@@ -15,8 +15,12 @@ import (
 // entityStore keeps the server's entities. Writes run in the gated
 // request's store transaction, found in ctx; reads open their own.
 type entityStore interface {
-	// create inserts e unless (actor, e.Type, e.ClientID) exists; then it
-	// returns the existing entity and writes nothing.
+	// create inserts e unless (actor, e.Type, e.ClientID) exists. If that
+	// entity is live, it returns it and writes nothing. If it is deleted,
+	// it brings it back: the entity keeps its id and takes e's data,
+	// payloadVersion and times, no longer deleted; e.ID is set to its id
+	// and existing is nil. The lookup and the write are one transaction,
+	// so of two racing creates only one inserts or brings back.
 	create(ctx context.Context, actor string, e *Entity) (existing *Entity, err error)
 	// update runs fn on the entity and saves it when fn returns true; it
 	// returns the entity as it is afterwards, or ErrNotFound.
@@ -113,7 +117,14 @@ func (s *boltEntities) create(ctx context.Context, actor string, e *Entity) (*En
 		if err != nil {
 			return nil, err
 		}
-		return &old.Entity, nil
+		if !old.Deleted {
+			return &old.Entity, nil
+		}
+		e.ID = old.ID // bring it back; the clientId index already points here
+		if err := putEntity(tx, &boltEntity{Entity: *e, Actor: actor}); err != nil {
+			return nil, fmt.Errorf("remote: create: bring back %s: %w", e.ID, err)
+		}
+		return nil, nil
 	}
 	if err := putEntity(tx, &boltEntity{Entity: *e, Actor: actor}); err != nil {
 		return nil, fmt.Errorf("remote: create: %w", err)

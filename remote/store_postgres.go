@@ -139,16 +139,27 @@ func (s *pgEntities) create(ctx context.Context, actor string, e *Entity) (*Enti
 	if err != nil {
 		return nil, err
 	}
-	tag, err := tx.Exec(ctx, `INSERT INTO remote_entities
+	// One statement inserts, or brings a deleted row back, or (a live
+	// row) does nothing and returns no row. A racing create of the same
+	// clientId waits on the row and re-checks deleted_at against the
+	// winner's committed row (READ COMMITTED), so it finds it live. DO
+	// UPDATE locks the conflicting row even when WHERE refuses it, so no
+	// delete can commit between this and the SELECT below.
+	got, err := scanEntity(tx.QueryRow(ctx, `INSERT INTO remote_entities AS r
 		(id, actor_id, entity_type, client_id, data, payload_version, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
-		ON CONFLICT (actor_id, entity_type, client_id) DO NOTHING`,
-		e.ID, actor, e.Type, e.ClientID, string(e.Data), e.PayloadVersion, e.CreatedAt)
-	if err != nil {
-		return nil, fmt.Errorf("remote: create: %w", err)
-	}
-	if tag.RowsAffected() == 1 {
+		ON CONFLICT (actor_id, entity_type, client_id) DO UPDATE
+		SET data = EXCLUDED.data, payload_version = EXCLUDED.payload_version,
+			created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at, deleted_at = NULL
+		WHERE r.deleted_at IS NOT NULL
+		RETURNING `+entityColumns,
+		e.ID, actor, e.Type, e.ClientID, string(e.Data), e.PayloadVersion, e.CreatedAt))
+	switch {
+	case err == nil:
+		e.ID = got.ID // a new row has e.ID; a row brought back keeps its own
 		return nil, nil
+	case !errors.Is(err, ErrNotFound):
+		return nil, fmt.Errorf("remote: create: %w", err)
 	}
 	old, err := scanEntity(tx.QueryRow(ctx, `SELECT `+entityColumns+` FROM remote_entities
 		WHERE actor_id = $1 AND entity_type = $2 AND client_id = $3`, actor, e.Type, e.ClientID))

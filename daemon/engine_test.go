@@ -527,3 +527,119 @@ func TestConcurrencyBound(t *testing.T) {
 		return n == 10
 	})
 }
+
+// A write the server declined (400 validation) is fixed by the user: an
+// update of the entity sends the create again at once with the fixed
+// data under a new key, since the server answers the old key with the
+// stored 400. The server ends with one record, holding the fixed data.
+func TestDeclinedFixedByUpdate(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	c := e.create("n1", `{"invalid":true,"title":"x"}`)
+	e.drain()
+	failed := e.wantState(c.Operation.ID, queue.StatePermanentFailed)
+	if !failed.Declined {
+		t.Fatalf("a 400 validation did not mark the operation declined: %+v", failed)
+	}
+	u := e.update("n1", `{"invalid":null}`)
+	e.drain()
+	done := e.wantState(c.Operation.ID, queue.StateDone)
+	e.wantState(u.Operation.ID, queue.StateDone)
+	if done.Key() == c.Operation.ID {
+		t.Fatalf("the fixed create went under its old key")
+	}
+	if ent := e.entity("n1"); ent.SyncState != queue.SyncSynced {
+		t.Fatalf("entity %s %q, want synced", ent.SyncState, ent.SyncError)
+	}
+	jsonEq(t, e.oneRecord("n1").Data, `{"title":"x"}`)
+	log := e.proxy.Log()
+	if n := faultproxy.Count(log, keyed(c.Operation.ID)); n != 1 {
+		t.Errorf("old key sent %d times, want 1", n)
+	}
+	if n := faultproxy.Count(log, keyed(done.Key())); n != 1 {
+		t.Errorf("new key sent %d times, want 1", n)
+	}
+}
+
+// A 403 (the user lacked permission) is declined too: once the
+// permission is fixed on the server, the user's retry goes under a new
+// key instead of replaying the stored 403.
+func TestDeclinedForbiddenRetried(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	var forbid atomic.Bool
+	forbid.Store(true)
+	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action {
+		if forbid.Load() {
+			return faultproxy.Action{Kind: faultproxy.Respond, Status: 403}
+		}
+		return faultproxy.Action{}
+	})
+	c := e.create("n1", `{"v":1}`)
+	e.drain()
+	if op := e.wantState(c.Operation.ID, queue.StatePermanentFailed); op.LastErrorCode != transport.CodeForbidden || !op.Declined {
+		t.Fatalf("code %q declined=%v, want forbidden, declined", op.LastErrorCode, op.Declined)
+	}
+	forbid.Store(false)
+	if _, err := e.store.Retry(context.Background(), c.Operation.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.drain()
+	op := e.wantState(c.Operation.ID, queue.StateDone)
+	if op.Key() == op.ID {
+		t.Errorf("the retry went under the declined key")
+	}
+	jsonEq(t, e.oneRecord("n1").Data, `{"v":1}`)
+}
+
+// A user's retry after the operation gave up (retry_expired) gets a
+// fresh deadline: one more temporary failure schedules a retry instead of
+// failing it again at once.
+func TestUserRetryRestartsDeadline(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{cfg: Config{
+		Policy: transport.Policy{MaxElapsed: 10 * time.Minute, Backoff: transport.Backoff{Base: time.Minute, Max: time.Minute}},
+	}})
+	var down atomic.Bool
+	down.Store(true)
+	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action {
+		if down.Load() {
+			return faultproxy.Action{Kind: faultproxy.Respond, Status: 503}
+		}
+		return faultproxy.Action{}
+	})
+	c := e.create("n1", `{"v":1}`)
+	e.drain()
+	e.wantState(c.Operation.ID, queue.StateRetryWaiting)
+	e.clock.Advance(11 * time.Minute)
+	e.drain()
+	if op := e.wantState(c.Operation.ID, queue.StatePermanentFailed); op.LastErrorCode != CodeRetryExpired {
+		t.Fatalf("code %q, want %s", op.LastErrorCode, CodeRetryExpired)
+	}
+	if _, err := e.store.Retry(context.Background(), c.Operation.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.drain()
+	e.wantState(c.Operation.ID, queue.StateRetryWaiting)
+	down.Store(false)
+	e.clock.Advance(2 * time.Minute)
+	e.drain()
+	e.wantState(c.Operation.ID, queue.StateDone)
+}
+
+// MaxOperationAge also bounds retrying: set above the default, an
+// operation failing for a week is still retried.
+func TestMaxOperationAgeBoundsRetries(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{cfg: Config{MaxOperationAge: 30 * 24 * time.Hour}})
+	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action {
+		return faultproxy.Action{Kind: faultproxy.Respond, Status: 503}
+	})
+	c := e.create("n1", `{"v":1}`)
+	e.drain()
+	for range 7 * 24 {
+		e.clock.Advance(time.Hour)
+		e.drain()
+	}
+	e.wantState(c.Operation.ID, queue.StateRetryWaiting)
+}

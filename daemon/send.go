@@ -91,7 +91,7 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 // went before it put it there.
 func (d *Daemon) request(op queue.Operation, token string) (transport.Request, error) {
 	r := transport.Request{
-		OperationID:    op.ID,
+		OperationID:    op.Key(),
 		Op:             string(op.Type),
 		EntityType:     op.EntityType,
 		EntityID:       op.EntityID,
@@ -174,7 +174,13 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 			o.Code = code
 		}
 		d.metrics.attempt(code)
-		at, giveUp, gcode := d.policy.Next(o, op.AttemptCount-1, op.CreatedAt, d.now(), d.rnd)
+		// A user's retry confirms the intent: the time to give up counts
+		// from it.
+		since := op.CreatedAt
+		if op.UserRetriedAt.After(since) {
+			since = op.UserRetriedAt
+		}
+		at, giveUp, gcode := d.policy.Next(o, op.AttemptCount-1, since, d.now(), d.rnd)
 		if giveUp {
 			d.fail(c, gcode, fmt.Sprintf("gave up retrying after %d attempts; last error: %s", op.AttemptCount, message(o)))
 			return
@@ -189,6 +195,21 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		d.fail(c, o.Code, message(o))
 	}
 	return next, false
+}
+
+// declined holds the outcome codes of a server's answer that it did not
+// apply the operation: a 4xx about the request itself. The queue marks
+// such an operation Declined, and the user's retry or the entity's next
+// update sends the current data under a new key. Codes that leave the
+// effect unknown (invalid_response, unexpected_status), or that mean the
+// key already names other data (payload_conflict), are not here: such an
+// operation keeps its key.
+var declined = map[string]bool{
+	transport.CodeValidation: true, // 400, 422
+	transport.CodeRejected:   true, // other 4xx: 405, 413, 415, a domain 409
+	transport.CodeForbidden:  true, // 403
+	transport.CodeNotFound:   true, // 404 on create or update
+	transport.CodeGone:       true, // 410 on create or update
 }
 
 func doneResult(o transport.Outcome) string {
@@ -213,7 +234,11 @@ func message(o transport.Outcome) string {
 func (d *Daemon) fail(c claimed, code, msg string) {
 	op := c.op
 	d.metrics.permanent(code)
-	if err := d.store.Fail(context.Background(), op.ID, c.owner, code, msg); err != nil {
+	fail := d.store.Fail
+	if declined[code] {
+		fail = d.store.Decline
+	}
+	if err := fail(context.Background(), op.ID, c.owner, code, msg); err != nil {
 		d.storeErr("fail", op, err)
 		return
 	}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // The outcomes a worker records for an operation it claimed, and the user
@@ -230,6 +232,18 @@ func (s *Store) RetryNow(ctx context.Context, account string, codes ...string) (
 // user retries or discards it; the entity turns failed with a readable
 // syncError.
 func (s *Store) Fail(ctx context.Context, id, owner, code, message string) error {
+	return s.fail(ctx, id, owner, code, message, false)
+}
+
+// Decline is Fail for an operation the server declined: it answered that
+// it did not apply it, so the operation is marked Declined. The user's
+// retry, or the next update of the entity, then makes a new attempt with
+// the entity's current data under a new key (see Operation.Declined).
+func (s *Store) Decline(ctx context.Context, id, owner, code, message string) error {
+	return s.fail(ctx, id, owner, code, message, true)
+}
+
+func (s *Store) fail(ctx context.Context, id, owner, code, message string, declined bool) error {
 	return s.update(ctx, func(tx *txw) error {
 		op, err := tx.owned(id, owner, StatePermanentFailed)
 		if err != nil {
@@ -240,6 +254,7 @@ func (s *Store) Fail(ctx context.Context, id, owner, code, message string) error
 		}
 		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
 		op.LastErrorCode, op.LastError = code, message
+		op.Declined = declined
 		if err := tx.setState(op, StatePermanentFailed); err != nil {
 			return err
 		}
@@ -251,8 +266,11 @@ func (s *Store) Fail(ctx context.Context, id, owner, code, message string) error
 }
 
 // Retry is the user's retry of a permanently failed operation: back to
-// pending, ready at once, with its id unchanged (the server still knows
-// the key). Its entity turns pending.
+// pending, ready at once. Its entity turns pending. An operation the
+// server did not decline keeps its key and payload: the server may hold
+// its effect and answers the same key with it. A declined one is a new
+// attempt (see Operation.Declined): it takes the entity's current data,
+// so an edit made to fix it goes with it, and a new RemoteKey.
 func (s *Store) Retry(ctx context.Context, id string) (Operation, error) {
 	var out Operation
 	err := s.update(ctx, func(tx *txw) error {
@@ -263,22 +281,44 @@ func (s *Store) Retry(ctx context.Context, id string) (Operation, error) {
 		if op.State != StatePermanentFailed {
 			return fmt.Errorf("%w: only a permanently failed operation can be retried by the user; %s is %s", ErrIllegalTransition, id, op.State)
 		}
-		if err := tx.setState(op, StatePending); err != nil {
-			return err
-		}
-		op.NextAttemptAt = tx.now
-		op.UserRetriedAt = tx.now
-		op.LastErrorCode, op.LastError = "", ""
-		if err := tx.readyPut(op); err != nil {
-			return err
-		}
-		if err := tx.saveOp(op); err != nil {
+		if err := tx.userRetry(op); err != nil {
 			return err
 		}
 		out = *op
 		return tx.reconcileEntity(op.AccountID, op.EntityType, op.EntityID)
 	})
 	return out, err
+}
+
+// userRetry moves a permanently failed operation, the head of its
+// partition, back to pending and ready, renewing a declined one. The
+// caller reconciles the entity.
+func (tx *txw) userRetry(op *Operation) error {
+	if op.Declined {
+		if op.Type != OpDelete {
+			e, err := tx.loadEntity(op.AccountID, op.EntityType, op.EntityID)
+			if err != nil {
+				return err
+			}
+			if e == nil {
+				return fmt.Errorf("queue: operation %s: entity %s/%s is missing", op.ID, op.EntityType, op.EntityID)
+			}
+			op.Payload, op.PayloadVersion = e.Data, e.Version
+			op.PayloadFingerprint = payloadFingerprint(op)
+		}
+		op.RemoteKey = uuid.NewString()
+		op.Declined = false
+	}
+	if err := tx.setState(op, StatePending); err != nil {
+		return err
+	}
+	op.NextAttemptAt = tx.now
+	op.UserRetriedAt = tx.now
+	op.LastErrorCode, op.LastError = "", ""
+	if err := tx.readyPut(op); err != nil {
+		return err
+	}
+	return tx.saveOp(op)
 }
 
 // Discard is the user's decision to drop a permanently failed operation.

@@ -54,7 +54,8 @@ type Entity struct {
 
 // Operation is one user intent waiting to reach (or having reached) the
 // server. Its ID is fixed when the intent is made and is the
-// Idempotency-Key of every attempt.
+// Idempotency-Key of every attempt (Key), until the server declines the
+// operation: see Declined.
 type Operation struct {
 	ID                 string          `json:"id"`
 	Seq                uint64          `json:"seq"` // monotonic, unique; the queue's order
@@ -81,6 +82,26 @@ type Operation struct {
 	// RequestFingerprint identifies the app request that made this
 	// operation (see Write.RequestFingerprint).
 	RequestFingerprint string `json:"requestFingerprint,omitempty"`
+	// Declined is set on a permanently failed operation the server
+	// declined: it answered that it did not apply it (a 4xx about the
+	// request itself, such as validation or forbidden; see Store.Decline).
+	// The server keeps that answer under the key, so sending the same key
+	// again can only replay it. A user's retry, or an update of the
+	// entity, is therefore a new attempt: the operation takes the
+	// entity's current data and a new RemoteKey.
+	Declined bool `json:"declined,omitempty"`
+	// RemoteKey is the Idempotency-Key of the operation's attempts since
+	// its last new attempt after the server declined it; empty means ID.
+	RemoteKey string `json:"remoteKey,omitempty"`
+}
+
+// Key returns the Idempotency-Key to send: RemoteKey, or ID when the
+// server never declined the operation.
+func (op *Operation) Key() string {
+	if op.RemoteKey != "" {
+		return op.RemoteKey
+	}
+	return op.ID
 }
 
 // PartitionKey returns the key of the operation's ordering partition:

@@ -211,13 +211,22 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	// A failed head keeps the entity failed until the user acts on it.
-	if head != nil && head.State == StatePermanentFailed {
+	// An update of an entity whose head the server declined is the
+	// user's fix: the head goes again at once, with the data this update
+	// makes, under a new key (Operation.Declined). Any other failed head
+	// keeps the entity failed until the user acts on it.
+	renew := w.Op == OpUpdate && head != nil && head.State == StatePermanentFailed && head.Declined
+	if head != nil && head.State == StatePermanentFailed && !renew {
 		e.SyncState, e.SyncError = SyncFailed, readableError(head)
 	}
 
 	if err := tx.saveEntity(e); err != nil {
 		return Result{}, err
+	}
+	if renew {
+		if err := tx.userRetry(head); err != nil {
+			return Result{}, err
+		}
 	}
 	if err := tx.saveOp(op); err != nil {
 		return Result{}, err

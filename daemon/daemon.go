@@ -63,7 +63,8 @@ type Config struct {
 	// Transport sends operations to the remote server. Start fails
 	// without one; the session guard and status work without it.
 	Transport Sender
-	// Policy schedules retries (zero: transport's defaults).
+	// Policy schedules retries (zero: transport's defaults, but a zero
+	// MaxElapsed is MaxOperationAge).
 	Policy transport.Policy
 	// Concurrency bounds the operations being sent at once (default
 	// DefaultConcurrency).
@@ -74,8 +75,9 @@ type Config struct {
 	Lease time.Duration
 	// MaxOperationAge: an operation created longer ago that was attempted
 	// before fails with CodeOperationExpired instead of being resent
-	// (default DefaultMaxOperationAge). Keep it below the server's
-	// idempotency retention.
+	// (default DefaultMaxOperationAge), and retries give up after it
+	// (unless Policy.MaxElapsed says otherwise). Keep it below the
+	// server's idempotency retention.
 	MaxOperationAge time.Duration
 	// Rand returns a uniform value in [0, n), for backoff jitter (default
 	// math/rand/v2's Int64N). Tests pass a seeded generator.
@@ -182,6 +184,10 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	if d.now == nil {
 		d.now = time.Now
+	}
+	if d.policy.MaxElapsed == 0 {
+		// Retrying stops where resending would stop anyway.
+		d.policy.MaxElapsed = d.maxAge
 	}
 	if d.conc < 0 || d.lease < 0 || d.maxAge < 0 {
 		return nil, fmt.Errorf("daemon: Concurrency, Lease and MaxOperationAge must not be negative")

@@ -126,7 +126,12 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 	if err != nil {
 		return fmt.Errorf("run: --remote %s: %w", config.Redact(rc.Remote), err)
 	}
-	d, err := daemon.New(daemon.Config{Store: store, Logger: logger, Transport: client, Concurrency: rc.Concurrency, MaxOperationAge: rc.MaxOperationAge})
+	d, err := daemon.New(daemon.Config{
+		Store: store, Logger: logger, Transport: client, Concurrency: rc.Concurrency, MaxOperationAge: rc.MaxOperationAge,
+		// The lease outlives the request timeout as the default does
+		// transport's (a send is cut off at two thirds of it).
+		Lease: 3 * rc.RequestTimeout,
+	})
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}

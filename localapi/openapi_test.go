@@ -1,14 +1,19 @@
 package localapi
 
 import (
+	"cmp"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/syncd/syncd/queue"
 )
 
 type openAPIDocument struct {
@@ -118,4 +123,45 @@ func TestOpenAPIServed(t *testing.T) {
 	if r := e.do(req{method: "GET", path: "/v1/openapi.json", header: map[string]string{"Authorization": ""}}); r.status != http.StatusUnauthorized {
 		t.Errorf("without a token: %d", r.status)
 	}
+}
+
+// The schemas of what the API returns name every JSON field of the
+// types it encodes, and no other: a field added to queue.Operation or
+// queue.Entity shows up in openapi.json.
+func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	for name, v := range map[string]any{"Operation": queue.Operation{}, "Entity": entityAnswer{}} {
+		var schema struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+		}
+		if err := json.Unmarshal(doc.Components.Schemas[name], &schema); err != nil {
+			t.Fatalf("schema %s: %v", name, err)
+		}
+		documented := slices.Sorted(maps.Keys(schema.Properties))
+		fields := jsonFields(reflect.TypeOf(v))
+		slices.Sort(fields)
+		if !slices.Equal(documented, fields) {
+			t.Errorf("schema %s has properties\n\t%v\nthe type encodes\n\t%v", name, documented, fields)
+		}
+	}
+}
+
+// jsonFields lists the JSON names of a struct's fields, embedded structs
+// flattened.
+func jsonFields(t reflect.Type) []string {
+	var names []string
+	for f := range t.Fields() {
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			names = append(names, jsonFields(f.Type)...)
+			continue
+		}
+		names = append(names, cmp.Or(name, f.Name))
+	}
+	return names
 }

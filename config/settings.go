@@ -63,8 +63,9 @@ type Settings struct {
 	// RequestTimeout bounds one request to the remote.
 	RequestTimeout time.Duration `json:"requestTimeout"`
 	// MaxOperationAge: an operation older than this that was attempted
-	// before fails for the user to review instead of being resent. Keep
-	// it below the server's idempotency retention.
+	// before fails for the user to review instead of being resent, and
+	// retrying gives up at this age. Keep it below the server's
+	// idempotency retention.
 	MaxOperationAge time.Duration `json:"maxOperationAge"`
 	// DoneRetention is how long sent operations are kept.
 	DoneRetention time.Duration `json:"doneRetention"`

@@ -375,3 +375,50 @@ func TestDecisionString(t *testing.T) {
 		}
 	}
 }
+
+// TestResponseTooLarge: a body longer than MaxResponseBytes is cut and
+// marked Truncated; a 2xx create then fails as response_too_large (the
+// server id was not read), not as invalid JSON; other outcomes keep the
+// status's decision.
+func TestResponseTooLarge(t *testing.T) {
+	t.Parallel()
+	const max = 64
+	pad := func(body string, n int) string { // body padded with spaces to n bytes
+		return body + strings.Repeat(" ", n-len(body))
+	}
+	created := `{"id":"srv-9","clientId":"local-1"}`
+	tests := []struct {
+		name      string
+		req       Request
+		handler   http.HandlerFunc
+		decision  Decision
+		code      string
+		truncated bool
+		wantErr   error
+	}{
+		{"create, body of exactly the cap", createReq(), reply(201, pad(created, max)), Done, "", false, nil},
+		{"create, body one byte over", createReq(), reply(201, pad(created, max+1)), Permanent, CodeResponseTooLarge, true, ErrResponseTooLarge},
+		{"create replayed, body far over", createReq(), reply(200, pad(created, 10*max), "Idempotent-Replayed", "true"), Permanent, CodeResponseTooLarge, true, ErrResponseTooLarge},
+		{"update, body over", updateReq(), reply(200, pad(`{}`, max+1)), Done, "", true, nil},
+		{"503, body over", createReq(), reply(503, pad(`{}`, max+1)), Retry, CodeUnavailable, true, ErrStatus},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := newClient(t, newRemote(t, tt.handler), Config{MaxResponseBytes: max})
+			o := c.Send(t.Context(), tt.req)
+			if o.Decision != tt.decision || o.Code != tt.code || o.Truncated != tt.truncated {
+				t.Fatalf("got %v/%q truncated=%v (%v), want %v/%q truncated=%v", o.Decision, o.Code, o.Truncated, o.Err, tt.decision, tt.code, tt.truncated)
+			}
+			if len(o.Body) > max {
+				t.Errorf("Body is %d bytes, more than the cap %d", len(o.Body), max)
+			}
+			if tt.wantErr != nil && !errors.Is(o.Err, tt.wantErr) {
+				t.Errorf("Err = %v, want %v", o.Err, tt.wantErr)
+			}
+			if tt.wantErr == nil && o.Err != nil {
+				t.Errorf("Err = %v, want nil", o.Err)
+			}
+		})
+	}
+}

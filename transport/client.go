@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -121,7 +122,7 @@ func (c *Client) Send(ctx context.Context, r Request) Outcome {
 		o.Sends = int(sends.Load())
 		return o
 	}
-	body, err := readBody(resp.Body, c.maxBody)
+	body, truncated, err := readBody(resp.Body, c.maxBody)
 	resp.Body.Close()
 	readAt := c.now()
 	if err != nil {
@@ -132,7 +133,7 @@ func (c *Client) Send(ctx context.Context, r Request) Outcome {
 		o.Sends = int(sends.Load())
 		return o
 	}
-	o := c.classify(r, tr, resp, body, readAt)
+	o := c.classify(r, tr, resp, body, truncated, readAt)
 	o.Sends = int(sends.Load())
 	return o
 }
@@ -161,15 +162,23 @@ func (c *Client) Probe(ctx context.Context) (status int, err error) {
 	return resp.StatusCode, nil
 }
 
-// readBody reads at most max bytes of b, then drains up to a small amount
-// more so that the connection can be reused.
-func readBody(b io.Reader, max int64) ([]byte, error) {
-	body, err := io.ReadAll(io.LimitReader(b, max))
+// readBody reads at most max bytes of b; truncated reports that b held
+// more. It then drains up to a small amount more so that the connection
+// can be reused.
+func readBody(b io.Reader, max int64) (body []byte, truncated bool, err error) {
+	limit := max
+	if limit < math.MaxInt64 {
+		limit++ // one byte more tells a body of exactly max from a longer one
+	}
+	body, err = io.ReadAll(io.LimitReader(b, limit))
 	if err != nil {
-		return body, err
+		return body, false, err
+	}
+	if int64(len(body)) > max {
+		body, truncated = body[:max], true
 	}
 	io.CopyN(io.Discard, b, 4<<10) // best effort; a huge body closes the conn
-	return body, nil
+	return body, truncated, nil
 }
 
 // failed classifies an error from sending or reading: always Retry.
@@ -190,12 +199,14 @@ func (c *Client) failed(ctx context.Context, r Request, err error) Outcome {
 	return o
 }
 
-// classify turns a complete response into an Outcome.
-func (c *Client) classify(r Request, tr typeRoutes, resp *http.Response, body []byte, now time.Time) Outcome {
+// classify turns a response read in full, or cut at Config.MaxResponseBytes
+// (truncated), into an Outcome.
+func (c *Client) classify(r Request, tr typeRoutes, resp *http.Response, body []byte, truncated bool, now time.Time) Outcome {
 	o := Outcome{
-		Status:   resp.StatusCode,
-		Body:     body,
-		Replayed: strings.EqualFold(strings.TrimSpace(resp.Header.Get("Idempotent-Replayed")), "true"),
+		Status:    resp.StatusCode,
+		Body:      body,
+		Truncated: truncated,
+		Replayed:  strings.EqualFold(strings.TrimSpace(resp.Header.Get("Idempotent-Replayed")), "true"),
 	}
 	retryAfter, hasRetryAfter := ParseRetryAfter(resp.Header.Get("Retry-After"), now)
 	o.RetryAfter = retryAfter
@@ -204,6 +215,14 @@ func (c *Client) classify(r Request, tr typeRoutes, resp *http.Response, body []
 	if st >= 200 && st <= 299 {
 		if r.Op != OpCreate {
 			o.Decision, o.ServerID = Done, r.ServerID
+			return o
+		}
+		if truncated {
+			// The server applied the create, but its id is in a reply we
+			// did not read whole; a resend replays the same reply.
+			o.Decision, o.Code = Permanent, CodeResponseTooLarge
+			o.Message = fmt.Sprintf("create answered %d with a body over the %d bytes read (transport.Config.MaxResponseBytes)", st, c.maxBody)
+			o.Err = fmt.Errorf("operation %q: %s: %w", r.OperationID, o.Message, ErrResponseTooLarge)
 			return o
 		}
 		id, ok := serverID(body, tr.idField)

@@ -19,7 +19,15 @@ const (
 	DefaultUserAgent = "syncd-transport/1"
 
 	// DefaultMaxResponseBytes caps how much of a response body is read.
-	DefaultMaxResponseBytes = 1 << 20 // 1 MiB
+	// A create's reply carries the entity's data back with the server's
+	// metadata, so it is larger than the data syncd sends, which is at
+	// most the queue's MaxDataBytes (1 MiB by default). A server that
+	// escapes <, > and & as \u003c (Go's encoding/json does by default,
+	// the reference server too) can make it up to six times the data. 8
+	// MiB covers six times 1 MiB plus metadata. Raise Config.MaxResponseBytes
+	// with the daemon's data limit. A reply over the cap is
+	// CodeResponseTooLarge, not a parse error.
+	DefaultMaxResponseBytes = 8 << 20 // 8 MiB
 
 	// DefaultMaxIdleConnsPerHost is the idle keep-alive pool per host of
 	// the default HTTP client. net/http's own default (2) would make a
@@ -70,7 +78,9 @@ type Config struct {
 	UserAgent string
 
 	// MaxResponseBytes caps how much of a response body is read and kept
-	// in Outcome.Body (default DefaultMaxResponseBytes).
+	// in Outcome.Body (default DefaultMaxResponseBytes). It must exceed
+	// the largest create reply: at least the largest entity data sent
+	// plus the server's metadata (see DefaultMaxResponseBytes).
 	MaxResponseBytes int64
 
 	// Now is the clock used to turn an HTTP-date Retry-After into a

@@ -43,6 +43,7 @@
 //	1xx, 3xx (redirects not followed)     Permanent      unexpected_status
 //	2xx, replayed or not                  Done           "" (Replayed tells)
 //	2xx create without a server id        Permanent      invalid_response
+//	2xx create, body over the cap         Permanent      response_too_large
 //	update/delete route needs {serverId}  Permanent      missing_server_id (not sent)
 //	malformed Request                     Permanent      invalid_request (not sent)
 //

@@ -37,6 +37,11 @@ var (
 	// the body holds no server id in the configured field.
 	ErrInvalidResponse = errors.New("transport: invalid response")
 
+	// ErrResponseTooLarge means the server answered a create with 2xx and
+	// a body longer than Config.MaxResponseBytes, so the server id was
+	// not read. The server applied the create; raise the limit.
+	ErrResponseTooLarge = errors.New("transport: response too large")
+
 	// ErrStatus is wrapped by every outcome that a non-2xx status decided,
 	// except a Done (a delete answered 404 or 410); the
 	// status, code and message are in the Outcome.

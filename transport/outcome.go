@@ -71,14 +71,15 @@ const (
 	CodeMissingToken = "missing_token" // Request.Token empty; nothing sent
 
 	// Permanent.
-	CodeForbidden        = "forbidden"         // 403
-	CodeNotFound         = "not_found"         // 404 on create or update (Done on delete)
-	CodeGone             = "gone"              // 410 on create or update: deleted on the server (Done on delete)
-	CodePayloadConflict  = "payload_conflict"  // 422 idempotency_key_reused
-	CodeMissingServerID  = "missing_server_id" // route needs {serverId}, Request has none; nothing sent
-	CodeInvalidRequest   = "invalid_request"   // malformed Request; nothing sent
-	CodeInvalidResponse  = "invalid_response"  // 2xx create without a server id
-	CodeUnexpectedStatus = "unexpected_status" // 1xx or 3xx (redirects are not followed)
+	CodeForbidden        = "forbidden"          // 403
+	CodeNotFound         = "not_found"          // 404 on create or update (Done on delete)
+	CodeGone             = "gone"               // 410 on create or update: deleted on the server (Done on delete)
+	CodePayloadConflict  = "payload_conflict"   // 422 idempotency_key_reused
+	CodeMissingServerID  = "missing_server_id"  // route needs {serverId}, Request has none; nothing sent
+	CodeInvalidRequest   = "invalid_request"    // malformed Request; nothing sent
+	CodeInvalidResponse  = "invalid_response"   // 2xx create without a server id
+	CodeResponseTooLarge = "response_too_large" // 2xx create whose body is over Config.MaxResponseBytes
+	CodeUnexpectedStatus = "unexpected_status"  // 1xx or 3xx (redirects are not followed)
 
 	// NeedsUserAction.
 	CodeValidation = "validation" // 400, 422 other than idempotency_key_reused
@@ -139,6 +140,12 @@ type Outcome struct {
 
 	// Body is the response body, at most Config.MaxResponseBytes of it.
 	Body []byte
+
+	// Truncated is true when the body was longer than
+	// Config.MaxResponseBytes: Body holds only its start. A 2xx create
+	// then is Permanent with CodeResponseTooLarge; other outcomes are
+	// decided by the status as usual.
+	Truncated bool
 
 	// Err describes every outcome that is not Done; it wraps one of the
 	// package's sentinel errors or the net/http or context error.

@@ -2,8 +2,10 @@ package transport_test
 
 import (
 	"net/http/httptest"
+	"strings"
 	"testing"
 
+	"github.com/syncd/syncd/queue"
 	"github.com/syncd/syncd/remote"
 	"github.com/syncd/syncd/transport"
 )
@@ -77,5 +79,45 @@ func TestAgainstReferenceServer(t *testing.T) {
 	other.OperationID, other.Token = "op-other", "bob.1"
 	if o := send("other actor", other, transport.Done, "", false); o.ServerID == first.ServerID {
 		t.Errorf("bob's create got alice's record %q", o.ServerID)
+	}
+}
+
+// TestCreateNearTheDataLimit: a create whose data is as large as the
+// daemon accepts (queue.DefaultMaxDataBytes) gets a reply larger than
+// that (the data plus the entity's metadata); the transport reads it whole
+// and the create is Done, not a truncated invalid_response.
+func TestCreateNearTheDataLimit(t *testing.T) {
+	t.Parallel()
+	// The default cap covers the largest reply to the largest data: six
+	// times it (a server escaping <, > and & as \u003c) plus metadata.
+	if transport.DefaultMaxResponseBytes < 6*queue.DefaultMaxDataBytes+64<<10 {
+		t.Fatalf("DefaultMaxResponseBytes %d is too small for data of up to %d bytes", transport.DefaultMaxResponseBytes, queue.DefaultMaxDataBytes)
+	}
+	srv, err := remote.New(remote.Config{
+		DataDir: t.TempDir(), DevTokens: true,
+		MaxBodyBytes: queue.DefaultMaxDataBytes + 64<<10, // as the daemon's embedded server
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	c, err := transport.New(transport.Config{BaseURL: hs.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.CloseIdleConnections)
+
+	data := `{"s":"` + strings.Repeat("x", queue.DefaultMaxDataBytes-len(`{"s":""}`)) + `"}`
+	o := c.Send(t.Context(), transport.Request{
+		OperationID: "op-big", Op: transport.OpCreate, EntityType: "notes", EntityID: "local-big",
+		Data: []byte(data), PayloadVersion: 1, Token: "alice.1",
+	})
+	if o.Decision != transport.Done || o.Status != 201 || o.ServerID == "" {
+		t.Fatalf("create of %d bytes of data: %v/%q status %d: %v", len(data), o.Decision, o.Code, o.Status, o.Err)
+	}
+	if len(o.Body) <= 1<<20 {
+		t.Fatalf("the reply is %d bytes; the test wants one over 1 MiB", len(o.Body))
 	}
 }

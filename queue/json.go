@@ -28,7 +28,21 @@ func canonicalJSON(data []byte) ([]byte, error) {
 	if err := d.Decode(&v); err != nil {
 		return nil, err
 	}
-	return json.Marshal(v) // maps marshal with sorted keys
+	return marshal(v) // maps marshal with sorted keys
+}
+
+// marshal is json.Marshal without HTML escaping: '<', '>' and '&' stay
+// one byte each, so canonical data is no bigger than the app's (which
+// the size limit counts) but for the rare \u2028, \u2029 and invalid
+// UTF-8.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	if err := e.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // mergePatch applies an RFC 7396 JSON merge patch to the object target.
@@ -68,7 +82,7 @@ func mergePatch(target, patch json.RawMessage) (json.RawMessage, error) {
 			t[k] = c
 		}
 	}
-	return json.Marshal(t)
+	return marshal(t)
 }
 
 // payloadFingerprint is the SHA-256 (hex) of the canonical JSON of an

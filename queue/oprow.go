@@ -29,7 +29,7 @@ func (w *txw) loadOp(id string) (*Operation, error) {
 }
 
 func (w *txw) saveOp(op *Operation) error {
-	v, err := json.Marshal(op)
+	v, err := marshal(op)
 	if err != nil {
 		return err
 	}
@@ -49,7 +49,7 @@ func (w *txw) loadEntity(account, entityType, id string) (*Entity, error) {
 }
 
 func (w *txw) saveEntity(e *Entity) error {
-	v, err := json.Marshal(e)
+	v, err := marshal(e)
 	if err != nil {
 		return err
 	}

@@ -126,6 +126,11 @@ func (s *Store) prepare(w *Write) error {
 		if err != nil {
 			return fmt.Errorf("%w: data: %v", ErrInvalidWrite, err)
 		}
+		// Canonical data can be bigger than the app's (escaped U+2028,
+		// invalid UTF-8 replaced); what is stored and sent must fit.
+		if len(c) > s.cfg.MaxDataBytes {
+			return fmt.Errorf("%w: data is %d bytes once encoded, more than the limit of %d", ErrInvalidWrite, len(c), s.cfg.MaxDataBytes)
+		}
 		w.Data = c
 	}
 	return nil

@@ -120,6 +120,7 @@ func TestApplyRejectsBadInputAndWritesNothing(t *testing.T) {
 		{"no data", Write{Op: OpCreate}, ErrInvalidWrite},
 		{"two values", Write{Op: OpCreate, Data: json.RawMessage(`{} {}`)}, ErrInvalidWrite},
 		{"oversized data", Write{Op: OpCreate, Data: json.RawMessage(`{"x":"` + strings.Repeat("a", 64) + `"}`)}, ErrInvalidWrite},
+		{"grows past the limit once encoded", Write{Op: OpCreate, Data: json.RawMessage(`{"x":"` + strings.Repeat("\u2028", 18) + `"}`)}, ErrInvalidWrite},
 		{"update grows past the limit", Write{Op: OpUpdate, EntityID: "n1", Data: json.RawMessage(`{"x":"` + strings.Repeat("a", 55) + `"}`)}, ErrInvalidWrite},
 		{"bad operation id", Write{Op: OpCreate, OperationID: "has space", Data: json.RawMessage(`{}`)}, ErrInvalidWrite},
 		{"create existing", Write{Op: OpCreate, EntityID: "n1", Data: json.RawMessage(`{}`)}, ErrEntityExists},
@@ -376,5 +377,30 @@ func TestListUnfinishedSkipsDone(t *testing.T) {
 	page, _, err = s.ListOperations(ListOptions{State: StateDone, Limit: 10, After: next})
 	if err != nil || len(page) != 10 || page[0].ID != "done00000010" {
 		t.Fatalf("done, second page: %d items, %v", len(page), err)
+	}
+}
+
+// Canonical data keeps '<', '>' and '&' as they are: a create within the
+// limit stays within it (HTML-escaped, this one would be 332 bytes), and
+// what is stored and sent is what the app wrote; a merged update too.
+func TestApplyKeepsHTMLCharacters(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{NoSync: true, MaxDataBytes: 80})
+	data := `{"x":"` + strings.Repeat("<>&", 18) + `"}` // 62 bytes
+	r := create(t, s, "n1", data)
+	e, err := s.EntityRow("acct", "note", "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := s.GetOperation(r.Operation.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(e.Data) != data || string(op.Payload) != data {
+		t.Errorf("stored %s, to send %s; want %s", e.Data, op.Payload, data)
+	}
+	u := mustApply(t, s, Write{Op: OpUpdate, EntityID: "n1", Data: json.RawMessage(`{"y":"&"}`)})
+	if want := `{"x":"` + strings.Repeat("<>&", 18) + `","y":"&"}`; string(u.Entity.Data) != want || string(u.Operation.Payload) != want {
+		t.Errorf("after the update: stored %s, sent %s; want %s", u.Entity.Data, u.Operation.Payload, want)
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http/httptest"
@@ -642,4 +643,21 @@ func TestMaxOperationAgeBoundsRetries(t *testing.T) {
 		e.drain()
 	}
 	e.wantState(c.Operation.ID, queue.StateRetryWaiting)
+}
+
+// Data at the size limit reaches the server whatever its characters:
+// '<', '>' and '&' are not escaped on the way (six bytes each would not
+// fit the server's body limit), and the server's reply, which carries the
+// data back escaped, is read whole.
+func TestDataAtTheLimitSyncs(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	data := `{"x":"` + strings.Repeat("<&>", (queue.DefaultMaxDataBytes-16)/3) + `"}`
+	c := e.create("n1", data)
+	e.drain()
+	e.wantState(c.Operation.ID, queue.StateDone)
+	var got struct{ X string }
+	if err := json.Unmarshal(e.oneRecord("n1").Data, &got); err != nil || len(got.X) != len(data)-8 {
+		t.Errorf("server holds %d characters of x (%v), want %d", len(got.X), err, len(data)-8)
+	}
 }

@@ -342,3 +342,19 @@ func TestOwnHTTPClient(t *testing.T) {
 		t.Errorf("server saw %d requests, want 1", n)
 	}
 }
+
+// The request body keeps '<', '>' and '&' as they are in the data: one
+// byte each, so data that fits the local limit fits the server's.
+func TestBodyKeepsHTMLCharacters(t *testing.T) {
+	t.Parallel()
+	rm := newRemote(t, reply(201, `{"id":"srv-new"}`))
+	c := newClient(t, rm, Config{})
+	r := createReq()
+	r.Data = json.RawMessage(`{"html":"<b>&amp;</b>"}`)
+	if o := c.Send(t.Context(), r); o.Decision != Done {
+		t.Fatalf("got %v (%v)", o.Decision, o.Err)
+	}
+	if body := string(rm.requests()[0].Body); !strings.Contains(body, `"html":"<b>&amp;</b>"`) {
+		t.Errorf("body %s escapes the data", body)
+	}
+}

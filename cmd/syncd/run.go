@@ -122,7 +122,12 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 		remoteURL = url
 		fmt.Fprintf(stdout, "syncd: no --remote given: syncing to the embedded reference server at %s (data in %s; dev tokens: any token works, its account is the part before the first '.')\n", url, path)
 	}
-	client, err := transport.New(transport.Config{BaseURL: remoteURL, Timeout: rc.RequestTimeout})
+	client, err := transport.New(transport.Config{
+		BaseURL: remoteURL, Timeout: rc.RequestTimeout,
+		// A create's reply carries its data back, maybe escaped to six
+		// times its size (see transport.DefaultMaxResponseBytes).
+		MaxResponseBytes: max(transport.DefaultMaxResponseBytes, 6*int64(rc.MaxDataBytes)+64<<10),
+	})
 	if err != nil {
 		return fmt.Errorf("run: --remote %s: %w", config.Redact(rc.Remote), err)
 	}

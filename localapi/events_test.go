@@ -470,10 +470,12 @@ func TestEventsSubscriberLimit(t *testing.T) {
 	}
 }
 
-// The server pings; a subscriber that answers stays connected.
+// The server pings; a subscriber that answers stays connected. (The
+// interval leaves a stalled test process 600 ms to answer: at 100 ms, a
+// loaded CI machine once let the server drop the subscriber.)
 func TestEventsPing(t *testing.T) {
 	t.Parallel()
-	e := localapitest.Start(t, localapitest.Options{Account: "alice", Config: localapi.Config{PingInterval: 100 * time.Millisecond}})
+	e := localapitest.Start(t, localapitest.Options{Account: "alice", Config: localapi.Config{PingInterval: 300 * time.Millisecond}})
 	conn := mustDial(t, e, wsOpts{})
 	pings := make(chan struct{}, 100)
 	conn.SetPingHandler(func(data string) error {

@@ -31,8 +31,9 @@ const (
 	Permanent
 
 	// NeedsUserAction: the server refused the data itself (400, 422
-	// validation, other 4xx). The operation fails; the user edits the
-	// entity, which makes a new operation, or discards it.
+	// validation, other 4xx). The operation fails; the user fixes the
+	// entity (the daemon then sends it again under a new key, since the
+	// server answers the old one with its refusal) or discards it.
 	NeedsUserAction
 )
 

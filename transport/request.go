@@ -20,8 +20,9 @@ const (
 // Request is one attempt of one operation. The daemon builds it from a
 // queue operation at send time.
 type Request struct {
-	// OperationID is the operation's id, fixed when the user's intent
-	// was made; it is sent as the Idempotency-Key of every attempt.
+	// OperationID is the Idempotency-Key of the attempt: the operation's
+	// id, fixed when the user's intent was made, or the new key of a new
+	// attempt after the server declined it (queue.Operation.Key).
 	OperationID string
 
 	// Op is OpCreate, OpUpdate or OpDelete.

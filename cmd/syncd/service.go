@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/syncd/syncd/config"
+	"github.com/syncd/syncd/localapi"
 	"github.com/syncd/syncd/service"
 )
 
@@ -149,6 +152,9 @@ func serviceInstall(args []string, stdout, stderr io.Writer) error {
 	if l.Settings.Remote == "" {
 		fmt.Fprintln(stderr, "syncd: warning: no --remote: the service syncs to the embedded reference server, which accepts any token; reinstall with --remote URL for real use")
 	}
+	if note := systemTokenNote(runtime.GOOS, *user, l.Settings.DataDir); note != "" {
+		fmt.Fprintln(stderr, note)
+	}
 	if l.File != "" {
 		fmt.Fprintf(stdout, "syncd: config file %s\n", l.File)
 	}
@@ -165,6 +171,18 @@ func serviceInstall(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "syncd: %s: %s\n", name, st)
 	return nil
+}
+
+// systemTokenNote is what a system install on Linux or macOS says about
+// the API token: the service runs as root, so its token (mode 0600) is
+// root's, and desktop apps running as a user cannot read it. Empty for a
+// per-user service and on Windows, where the system service is the only
+// kind.
+func systemTokenNote(goos string, user bool, dataDir string) string {
+	if user || goos == "windows" {
+		return ""
+	}
+	return fmt.Sprintf("syncd: note: the system service runs as root; its API token %s is readable by root only, so apps running as a user cannot talk to it. On a desktop, install syncd per user instead: syncd service install --user", filepath.Join(dataDir, localapi.TokenFileName))
 }
 
 // withoutSyncdEnv hides the SYNCD_* variables of getenv.

@@ -121,6 +121,9 @@ func TestServiceRoot(t *testing.T) {
 	if !strings.Contains(out, name+": running") {
 		t.Errorf("install did not report it running:\n%s", out)
 	}
+	if note := systemTokenNote(runtime.GOOS, false, dataDir); !strings.Contains(errOut, note) {
+		t.Errorf("install did not say that the token is root's:\n%s", errOut)
+	}
 	if out, _, code := svcRun(t, "service", "status", "--service-name", name); code != 0 || strings.TrimSpace(out) != "running" {
 		t.Fatalf("status after install: exit %d, %q", code, out)
 	}
@@ -304,6 +307,23 @@ func TestRunPrintConfig(t *testing.T) {
 	for _, secret := range []string{token} {
 		if strings.Contains(string(out), secret) {
 			t.Errorf("--print-config shows %q:\n%s", secret, out)
+		}
+	}
+}
+
+// A system install on Linux or macOS says that its token is root's and
+// points desktops to --user; a user install and Windows say nothing.
+func TestSystemTokenNote(t *testing.T) {
+	for _, tt := range []struct {
+		goos string
+		user bool
+		want bool
+	}{
+		{"linux", false, true}, {"darwin", false, true}, {"linux", true, false}, {"darwin", true, false}, {"windows", false, false},
+	} {
+		note := systemTokenNote(tt.goos, tt.user, "/var/lib/syncd")
+		if got := strings.Contains(note, "/var/lib/syncd/api-token") && strings.Contains(note, "syncd service install --user"); got != tt.want {
+			t.Errorf("%s user=%v: %q", tt.goos, tt.user, note)
 		}
 	}
 }

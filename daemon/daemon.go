@@ -248,13 +248,21 @@ type Status struct {
 	Online bool `json:"online"`
 	// Paused is true when sending is held back: no session, or the
 	// session's token was refused and a new one is awaited.
-	Paused                 bool                `json:"paused"`
-	PauseReason            string              `json:"pauseReason,omitempty"`
+	Paused      bool   `json:"paused"`
+	PauseReason string `json:"pauseReason,omitempty"`
+	// Counts and OldestPendingAgeSecond cover every account's
+	// operations, as the metrics do.
 	Counts                 map[queue.State]int `json:"counts"`
 	OldestPendingAgeSecond float64             `json:"oldestPendingAgeSeconds"`
-	FileSizeBytes          int64               `json:"fileSizeBytes"`
-	FreeBytes              int64               `json:"freeBytes"`
-	LastEventSeq           uint64              `json:"lastEventSeq"`
+	// AccountCounts and AccountOldestPendingAgeSecond are the signed-in
+	// account's share of them (absent when signed out): what that
+	// account's user and apps see. Operations an account left queued
+	// wait until it signs in again, and do not show here.
+	AccountCounts                 map[queue.State]int `json:"accountCounts,omitempty"`
+	AccountOldestPendingAgeSecond float64             `json:"accountOldestPendingAgeSeconds,omitempty"`
+	FileSizeBytes                 int64               `json:"fileSizeBytes"`
+	FreeBytes                     int64               `json:"freeBytes"`
+	LastEventSeq                  uint64              `json:"lastEventSeq"`
 }
 
 // Pause reasons of Status.PauseReason.
@@ -265,23 +273,7 @@ const (
 
 // Status returns the current status.
 func (d *Daemon) Status(ctx context.Context) (Status, error) {
-	st, err := d.store.Stats()
-	if err != nil {
-		return Status{}, err
-	}
-	seq, err := d.store.LastEventSeq()
-	if err != nil {
-		return Status{}, err
-	}
-	s := Status{
-		Counts:        st.Counts,
-		FileSizeBytes: st.FileSize,
-		FreeBytes:     st.FreeBytes,
-		LastEventSeq:  seq,
-	}
-	if !st.OldestPending.IsZero() {
-		s.OldestPendingAgeSecond = max(0, d.now().Sub(st.OldestPending).Seconds())
-	}
+	var s Status
 	d.mu.Lock()
 	if d.session != nil {
 		s.AccountID, s.SignedIn = d.session.AccountID, true
@@ -294,7 +286,32 @@ func (d *Daemon) Status(ctx context.Context) (Status, error) {
 	}
 	d.mu.Unlock()
 	s.Online = d.Online()
+
+	st, err := d.store.Stats()
+	if err != nil {
+		return Status{}, err
+	}
+	if s.LastEventSeq, err = d.store.LastEventSeq(); err != nil {
+		return Status{}, err
+	}
+	s.Counts, s.FileSizeBytes, s.FreeBytes = st.Counts, st.FileSize, st.FreeBytes
+	s.OldestPendingAgeSecond = d.age(st.OldestPending)
+	if s.SignedIn {
+		counts, oldest, err := d.store.AccountStats(s.AccountID)
+		if err != nil {
+			return Status{}, err
+		}
+		s.AccountCounts, s.AccountOldestPendingAgeSecond = counts, d.age(oldest)
+	}
 	return s, nil
+}
+
+// age is how long ago t was in seconds; 0 for the zero time.
+func (d *Daemon) age(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return max(0, d.now().Sub(t).Seconds())
 }
 
 // Online reports whether the last contact with the remote got an answer.

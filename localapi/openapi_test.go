@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/syncd/syncd/daemon"
 	"github.com/syncd/syncd/queue"
 )
 
@@ -131,7 +132,7 @@ func TestOpenAPIServed(t *testing.T) {
 func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	t.Parallel()
 	doc := loadOpenAPI(t)
-	for name, v := range map[string]any{"Operation": queue.Operation{}, "Entity": entityAnswer{}} {
+	for name, v := range map[string]any{"Operation": queue.Operation{}, "Entity": entityAnswer{}, "Status": daemon.Status{}} {
 		var schema struct {
 			Properties map[string]json.RawMessage `json:"properties"`
 		}

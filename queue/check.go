@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -23,7 +24,7 @@ import (
 //     exactly the sending operations, under their lease expiry;
 //   - the done index holds exactly the done operations;
 //   - op_ids maps every operation's id to its seq and nothing else;
-//   - the per-state counts equal the rows.
+//   - the per-state counts, in all and per account, equal the rows.
 func (s *Store) Check() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -33,6 +34,7 @@ func (s *Store) Check() error {
 		}
 		ops := map[uint64]*Operation{}
 		counts := map[State]int{}
+		accountCounts := map[string]int{}
 		if err := tx.Bucket(bucketOps).ForEach(func(k, v []byte) error {
 			var op Operation
 			if err := json.Unmarshal(v, &op); err != nil {
@@ -46,6 +48,7 @@ func (s *Store) Check() error {
 			}
 			ops[op.Seq] = &op
 			counts[op.State]++
+			accountCounts[string(accountCountKey(op.AccountID, op.State))]++
 			return nil
 		}); err != nil {
 			return err
@@ -67,6 +70,18 @@ func (s *Store) Check() error {
 			if n != counts[st] {
 				bad("count of %s is %d, rows say %d", st, n, counts[st])
 			}
+		}
+		stored := map[string]int{}
+		if err := tx.Bucket(bucketCounts).ForEach(func(k, v []byte) error {
+			if len(k) > 0 && k[0] == 0 {
+				stored[string(k)] = int(readU64(v))
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if !maps.Equal(stored, accountCounts) {
+			bad("per-account counts %v, rows say %v", stored, accountCounts)
 		}
 
 		// Partitions: collect unfinished ops per partition in key order.

@@ -11,7 +11,7 @@ import (
 // name part, so a prefix is never ambiguous).
 var (
 	bucketMeta       = []byte("meta")       // "schema", "session"
-	bucketCounts     = []byte("counts")     // state → uint64 number of operations
+	bucketCounts     = []byte("counts")     // state → uint64 number of operations; \0account\0state → the account's
 	bucketEntities   = []byte("entities")   // account\0type\0id → Entity JSON
 	bucketOps        = []byte("ops")        // seq → Operation JSON
 	bucketOpIDs      = []byte("op_ids")     // operation id → seq
@@ -34,7 +34,15 @@ var (
 )
 
 // schemaVersion is the layout of the file; Open refuses a newer one.
-const schemaVersion = 1
+// Version 2 added the per-account counts; Open builds them in a file of
+// version 1.
+const schemaVersion = 2
+
+// accountCountKey is the key of an account's count of operations in a
+// state. It starts with NUL, so it never equals a state's own key.
+func accountCountKey(account string, st State) []byte {
+	return []byte("\x00" + account + "\x00" + string(st))
+}
 
 func u64(v uint64) []byte {
 	b := make([]byte, 8)

@@ -56,17 +56,30 @@ func (w *txw) saveEntity(e *Entity) error {
 	return w.put(w.b(bucketEntities), entityKey(e.AccountID, e.Type, e.ID), v)
 }
 
-func (w *txw) count(st State, delta int) error {
+// count adds delta to the number of operations in state st, in all and
+// in op's account.
+func (w *txw) count(op *Operation, st State, delta int) error {
 	b := w.b(bucketCounts)
-	var n uint64
-	if v := b.Get([]byte(st)); v != nil {
-		n = readU64(v)
+	for _, k := range [][]byte{[]byte(st), accountCountKey(op.AccountID, st)} {
+		var n uint64
+		if v := b.Get(k); v != nil {
+			n = readU64(v)
+		}
+		if delta < 0 && n < uint64(-delta) {
+			return fmt.Errorf("queue: count of %q would go negative", k)
+		}
+		n = uint64(int64(n) + int64(delta))
+		var err error
+		if n == 0 && k[0] == 0 {
+			err = w.del(b, k) // an account's counts go with its operations
+		} else {
+			err = w.put(b, k, u64(n))
+		}
+		if err != nil {
+			return err
+		}
 	}
-	if delta < 0 && n < uint64(-delta) {
-		return fmt.Errorf("queue: count of %s would go negative", st)
-	}
-	n = uint64(int64(n) + int64(delta))
-	return w.put(b, []byte(st), u64(n))
+	return nil
 }
 
 // setState moves op to the state to through the state machine, updating
@@ -77,10 +90,10 @@ func (w *txw) setState(op *Operation, to State) error {
 	if err := op.transition(to); err != nil {
 		return err
 	}
-	if err := w.count(from, -1); err != nil {
+	if err := w.count(op, from, -1); err != nil {
 		return err
 	}
-	if err := w.count(to, 1); err != nil {
+	if err := w.count(op, to, 1); err != nil {
 		return err
 	}
 	return w.opEvent(op)

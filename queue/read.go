@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -184,6 +185,42 @@ func (s *Store) Stats() (Stats, error) {
 		return nil
 	})
 	return st, err
+}
+
+// AccountStats returns an account's number of operations in each state
+// and the creation time of its oldest unfinished operation (zero when
+// there is none), as Stats does for all accounts.
+func (s *Store) AccountStats(account string) (counts map[State]int, oldest time.Time, err error) {
+	counts = make(map[State]int, len(States))
+	err = s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketCounts)
+		for _, st := range States {
+			counts[st] = 0
+			if v := b.Get(accountCountKey(account, st)); v != nil {
+				counts[st] = int(readU64(v))
+			}
+		}
+		// The account's unfinished operations are its partitions' keys;
+		// the smallest seq among them is the oldest.
+		prefix := []byte(account + "\x00")
+		var first uint64
+		c := tx.Bucket(bucketPartitions).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
+			if seq := readU64(k[len(k)-8:]); first == 0 || seq < first {
+				first = seq
+			}
+		}
+		if first == 0 {
+			return nil
+		}
+		var op Operation
+		if err := json.Unmarshal(tx.Bucket(bucketOps).Get(u64(first)), &op); err != nil {
+			return err
+		}
+		oldest = op.CreatedAt
+		return nil
+	})
+	return counts, oldest, err
 }
 
 // Events returns up to limit change-log events with seq > since, oldest

@@ -157,13 +157,47 @@ func (s *Store) initBuckets(tx *bolt.Tx) error {
 		}
 	}
 	meta := tx.Bucket(bucketMeta)
-	if v := meta.Get(metaSchema); v != nil {
-		if got := readU64(v); got > schemaVersion {
-			return fmt.Errorf("queue: data file schema %d is newer than this syncd understands (%d)", got, schemaVersion)
-		}
-		return nil
+	v := meta.Get(metaSchema)
+	if v == nil {
+		return meta.Put(metaSchema, u64(schemaVersion))
 	}
-	return meta.Put(metaSchema, u64(schemaVersion))
+	switch got := readU64(v); {
+	case got > schemaVersion:
+		return fmt.Errorf("queue: data file schema %d is newer than this syncd understands (%d)", got, schemaVersion)
+	case got == 1:
+		if err := buildAccountCounts(tx); err != nil {
+			return fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
+		}
+		return meta.Put(metaSchema, u64(schemaVersion))
+	}
+	return nil
+}
+
+// buildAccountCounts counts the operations of each account per state
+// (schema 1 kept only the totals).
+func buildAccountCounts(tx *bolt.Tx) error {
+	counts := map[string]uint64{}
+	err := tx.Bucket(bucketOps).ForEach(func(_, v []byte) error {
+		var op struct {
+			AccountID string `json:"accountId"`
+			State     State  `json:"state"`
+		}
+		if err := json.Unmarshal(v, &op); err != nil {
+			return err
+		}
+		counts[string(accountCountKey(op.AccountID, op.State))]++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	b := tx.Bucket(bucketCounts)
+	for k, n := range counts {
+		if err := b.Put([]byte(k), u64(n)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Path returns the data file's path.

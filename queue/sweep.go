@@ -92,5 +92,5 @@ func (tx *txw) deleteDone(op *Operation) error {
 	if err := tx.del(tx.b(bucketOpIDs), []byte(op.ID)); err != nil {
 		return err
 	}
-	return tx.count(StateDone, -1)
+	return tx.count(op, StateDone, -1)
 }

@@ -372,7 +372,7 @@ func (tx *txw) purgeOp(op *Operation) error {
 	if err := tx.finish(op); err != nil {
 		return err
 	}
-	if err := tx.count(op.State, -1); err != nil {
+	if err := tx.count(op, op.State, -1); err != nil {
 		return err
 	}
 	if err := tx.del(tx.b(bucketOps), u64(op.Seq)); err != nil {

@@ -250,7 +250,7 @@ func (tx *txw) apply(w *Write) (Result, error) {
 			return Result{}, err
 		}
 	}
-	if err := tx.count(StatePending, 1); err != nil {
+	if err := tx.count(op, StatePending, 1); err != nil {
 		return Result{}, err
 	}
 	if err := tx.entityEvent(e, EventEntityChanged); err != nil {

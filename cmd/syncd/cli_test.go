@@ -136,6 +136,29 @@ func TestCLIStatus(t *testing.T) {
 	if st.AccountID != "alice" || st.Counts["pending"] != 1 || len(st.Failed) != 1 || st.Failed[0].ID != failed || st.LastEventSeq == 0 {
 		t.Errorf("status --json: %+v", st)
 	}
+
+	// Another account signs in; alice's operations stay queued for her.
+	// The queue shown is bob's, and alice's are only counted.
+	if err := c.Daemon.SetSession(context.Background(), "bob", "bob.1"); err != nil {
+		t.Fatal(err)
+	}
+	out = c.must("status")
+	contains(t, "another account", out, "account:         bob",
+		"queue:           pending 0, sending 0, retry_waiting 0, permanent_failed 0, done 0",
+		"oldest unsent:   none", "other accounts:  2 unsent")
+	if strings.Contains(out, "needs your attention") {
+		t.Errorf("bob's status lists alice's failed op:\n%s", out)
+	}
+	var bob struct {
+		Counts        map[string]int `json:"counts"`
+		AccountCounts map[string]int `json:"accountCounts"`
+	}
+	if err := json.Unmarshal([]byte(c.must("status", "--json")), &bob); err != nil {
+		t.Fatal(err)
+	}
+	if bob.Counts["pending"] != 1 || bob.AccountCounts == nil || bob.AccountCounts["pending"] != 0 || bob.AccountCounts["permanent_failed"] != 0 {
+		t.Errorf("bob's status --json: %+v", bob)
+	}
 }
 
 func TestCLIOps(t *testing.T) {

@@ -62,16 +62,25 @@ func printStatus(w io.Writer, st client.Status, failed []client.Operation) {
 		sending = "offline (will retry)"
 	}
 	fmt.Fprintf(tw, "sending:\t%s\n", sending)
-	var counts []string
-	for _, s := range []string{"pending", "sending", "retry_waiting", "permanent_failed", "done"} {
-		counts = append(counts, fmt.Sprintf("%s %d", s, st.Counts[s]))
+	// Signed in, the queue is the account's; what other accounts left
+	// queued waits for them and is only counted.
+	counts, age := st.Counts, st.OldestPendingAgeSeconds
+	if st.SignedIn && st.AccountCounts != nil {
+		counts, age = st.AccountCounts, st.AccountOldestPendingAgeSeconds
 	}
-	fmt.Fprintf(tw, "queue:\t%s\n", strings.Join(counts, ", "))
+	var line []string
+	for _, s := range []string{"pending", "sending", "retry_waiting", "permanent_failed", "done"} {
+		line = append(line, fmt.Sprintf("%s %d", s, counts[s]))
+	}
+	fmt.Fprintf(tw, "queue:\t%s\n", strings.Join(line, ", "))
 	oldest := "none"
-	if st.OldestPendingAgeSeconds > 0 {
-		oldest = (time.Duration(st.OldestPendingAgeSeconds * float64(time.Second))).Round(time.Second).String()
+	if age > 0 {
+		oldest = (time.Duration(age * float64(time.Second))).Round(time.Second).String()
 	}
 	fmt.Fprintf(tw, "oldest unsent:\t%s\n", oldest)
+	if others := unfinished(st.Counts) - unfinished(counts); others > 0 {
+		fmt.Fprintf(tw, "other accounts:\t%d unsent, sent when their account signs in\n", others)
+	}
 	fmt.Fprintf(tw, "data file:\t%s (%s free)\n", bytesHuman(st.FileSizeBytes), bytesHuman(st.FreeBytes))
 	fmt.Fprintf(tw, "last event:\t%d\n", st.LastEventSeq)
 	tw.Flush()
@@ -85,6 +94,11 @@ func printStatus(w io.Writer, st client.Status, failed []client.Operation) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nfix with: syncd ops retry ID | syncd ops discard ID")
+}
+
+// unfinished is the number of operations not done.
+func unfinished(counts map[string]int) int {
+	return counts["pending"] + counts["sending"] + counts["retry_waiting"] + counts["permanent_failed"]
 }
 
 func bytesHuman(n int64) string {

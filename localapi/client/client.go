@@ -161,8 +161,13 @@ type Status struct {
 	Online                  bool           `json:"online"`
 	Paused                  bool           `json:"paused"`
 	PauseReason             string         `json:"pauseReason,omitempty"`
-	Counts                  map[string]int `json:"counts"`
-	OldestPendingAgeSeconds float64        `json:"oldestPendingAgeSeconds"`
+	// Counts and OldestPendingAgeSeconds cover every account's
+	// operations; AccountCounts and AccountOldestPendingAgeSeconds the
+	// signed-in account's (nil and 0 when signed out).
+	Counts                         map[string]int `json:"counts"`
+	OldestPendingAgeSeconds        float64        `json:"oldestPendingAgeSeconds"`
+	AccountCounts                  map[string]int `json:"accountCounts,omitempty"`
+	AccountOldestPendingAgeSeconds float64        `json:"accountOldestPendingAgeSeconds,omitempty"`
 	FileSizeBytes           int64          `json:"fileSizeBytes"`
 	FreeBytes               int64          `json:"freeBytes"`
 	LastEventSeq            uint64         `json:"lastEventSeq"`

@@ -1,0 +1,127 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// AccountStats counts one account's operations, and finds its oldest
+// unfinished one, whatever the other accounts hold.
+func TestAccountStats(t *testing.T) {
+	s, clock := setup(t, Config{NoSync: true})
+	ctx := context.Background()
+	write := func(account, id string) Result {
+		t.Helper()
+		return mustApply(t, s, Write{Op: OpCreate, AccountID: account, EntityID: id, Data: json.RawMessage(`{}`)})
+	}
+	bobFirst := write("bob", "b0").Operation
+	clock.Advance(time.Minute)
+	aliceFirst := write("alice", "a0").Operation
+	write("alice", "a1")
+	write("bob", "b1")
+	// One of alice's fails, one of bob's is done.
+	if op, err := s.Claim(ctx, "alice", "w", time.Minute); err != nil || op.ID != aliceFirst.ID {
+		t.Fatalf("claim: %v %v", op.ID, err)
+	}
+	if err := s.Fail(ctx, aliceFirst.ID, "w", "validation", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if op, err := s.Claim(ctx, "bob", "w", time.Minute); err != nil || op.ID != bobFirst.ID {
+		t.Fatalf("claim: %v %v", op.ID, err)
+	}
+	if _, err := s.Complete(ctx, bobFirst.ID, "w", Completion{ServerID: "s"}); err != nil {
+		t.Fatal(err)
+	}
+
+	counts, oldest, err := s.AccountStats("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[StatePending] != 1 || counts[StatePermanentFailed] != 1 || counts[StateDone] != 0 || len(counts) != len(States) {
+		t.Errorf("alice's counts %v", counts)
+	}
+	if !oldest.Equal(aliceFirst.CreatedAt) {
+		t.Errorf("alice's oldest %v, want %v (bob's older one is not hers)", oldest, aliceFirst.CreatedAt)
+	}
+	counts, _, _ = s.AccountStats("bob")
+	if counts[StatePending] != 1 || counts[StateDone] != 1 {
+		t.Errorf("bob's counts %v", counts)
+	}
+	counts, oldest, _ = s.AccountStats("carol")
+	if counts[StatePending] != 0 || !oldest.IsZero() {
+		t.Errorf("carol's counts %v, oldest %v", counts, oldest)
+	}
+	// A purge takes the account's counts with its operations.
+	if _, err := s.PurgeAccount(ctx, "bob", true); err != nil {
+		t.Fatal(err)
+	}
+	if counts, oldest, _ := s.AccountStats("bob"); counts[StatePending]+counts[StateDone] != 0 || !oldest.IsZero() {
+		t.Errorf("bob after the purge: %v, %v", counts, oldest)
+	}
+}
+
+// A data file of schema 1 (counts in all only) gets its per-account
+// counts when opened.
+func TestUpgradeSchema1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "syncd.db")
+	s, err := Open(path, Config{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []Write{
+		{Op: OpCreate, AccountID: "alice", EntityType: "note", EntityID: "a", Data: json.RawMessage(`{}`)},
+		{Op: OpUpdate, AccountID: "alice", EntityType: "note", EntityID: "a", Data: json.RawMessage(`{"v":1}`)},
+		{Op: OpCreate, AccountID: "bob", EntityType: "note", EntityID: "b", Data: json.RawMessage(`{}`)},
+	} {
+		if _, err := s.Apply(context.Background(), w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Make it a schema 1 file: no per-account counts.
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketCounts)
+		var keys [][]byte
+		b.ForEach(func(k, _ []byte) error {
+			if k[0] == 0 {
+				keys = append(keys, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		for _, k := range keys {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(metaSchema, u64(1))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(); err == nil {
+		t.Fatal("Check passed a file without per-account counts")
+	}
+	s.Close()
+
+	s, err = Open(path, Config{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Check(); err != nil {
+		t.Fatalf("after the upgrade: %v", err)
+	}
+	if counts, _, _ := s.AccountStats("alice"); counts[StatePending] != 2 {
+		t.Errorf("alice's counts after the upgrade: %v", counts)
+	}
+	s.db.View(func(tx *bolt.Tx) error {
+		if v := readU64(tx.Bucket(bucketMeta).Get(metaSchema)); v != schemaVersion {
+			t.Errorf("schema %d after the upgrade, want %d", v, schemaVersion)
+		}
+		return nil
+	})
+}

@@ -34,6 +34,8 @@
 // oldest unfinished operation of a partition (its head) may be claimed;
 // a permanently failed head holds back the rest of its partition until
 // the user retries or discards it, and never holds back other partitions.
+// A head the server declined (Store.Decline) is also released by the
+// next update of its entity, which is the user's fix.
 //
 // # Indexes
 //
@@ -42,6 +44,11 @@
 //	partitions        account\0type\0id\0seq  unfinished operations per partition
 //	unfinished        seq                oldest unfinished first (status age, listing by state)
 //	done              completedAt|seq    done operations, for the sweep
+//	counts            state; \0account\0state  operations per state, in all and per account
+//
+// The file records its layout's version (meta/schema). Open refuses a
+// newer one and upgrades an older one in place: schema 1 had no
+// per-account counts.
 //
 // Claim seeks the first key of the account's ready index and, failing
 // that, of its lease index (an expired lease is recovered by the claim).

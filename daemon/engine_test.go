@@ -661,3 +661,36 @@ func TestDataAtTheLimitSyncs(t *testing.T) {
 		t.Errorf("server holds %d characters of x (%v), want %d", len(got.X), err, len(data)-8)
 	}
 }
+
+// An entity deleted and made again under the same local id ends live on
+// the server with the new data: whether the delete had reached the
+// server before the new create was made or not.
+func TestRecreateAfterDelete(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	e.create("n1", `{"v":1}`)
+	e.drain()
+	e.del("n1")
+	c := e.create("n1", `{"v":2}`) // the delete has not gone yet
+	e.drain()
+	e.wantState(c.Operation.ID, queue.StateDone)
+	rec := e.oneRecord("n1")
+	if rec.Deleted {
+		t.Fatalf("server record deleted after the re-create: %+v", rec)
+	}
+	jsonEq(t, rec.Data, `{"v":2}`)
+
+	e.del("n1")
+	e.drain() // the delete went; the local row is gone
+	c = e.create("n1", `{"v":3}`)
+	e.drain()
+	e.wantState(c.Operation.ID, queue.StateDone)
+	rec = e.oneRecord("n1")
+	if rec.Deleted {
+		t.Fatalf("server record deleted after the second re-create: %+v", rec)
+	}
+	jsonEq(t, rec.Data, `{"v":3}`)
+	if ent := e.entity("n1"); ent.SyncState != queue.SyncSynced || ent.ServerID != rec.ID {
+		t.Errorf("local entity %s server id %q, want synced %q", ent.SyncState, ent.ServerID, rec.ID)
+	}
+}

@@ -156,7 +156,7 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		return Result{}, err
 	}
 	switch {
-	case w.Op == OpCreate && e != nil:
+	case w.Op == OpCreate && e != nil && !e.Deleted:
 		return Result{}, fmt.Errorf("%w: %s/%s", ErrEntityExists, w.EntityType, w.EntityID)
 	case w.Op != OpCreate && (e == nil || e.Deleted):
 		return Result{}, fmt.Errorf("%w: %s/%s", ErrEntityNotFound, w.EntityType, w.EntityID)
@@ -165,13 +165,14 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	now := tx.now
 	switch w.Op {
 	case OpCreate:
-		e = &Entity{
-			AccountID: w.AccountID,
-			Type:      w.EntityType,
-			ID:        w.EntityID,
-			Data:      w.Data,
-			CreatedAt: now,
+		if e == nil {
+			e = &Entity{AccountID: w.AccountID, Type: w.EntityType, ID: w.EntityID}
 		}
+		// Or the id of an entity deleted locally whose delete has not
+		// reached the server: the app made it again. The create queues
+		// behind the delete, and the row keeps its version count and
+		// server id (the server brings a deleted record back).
+		e.Data, e.Deleted, e.CreatedAt = w.Data, false, now
 	case OpUpdate:
 		merged, err := mergePatch(e.Data, w.Data)
 		if err != nil {

@@ -404,3 +404,38 @@ func TestApplyKeepsHTMLCharacters(t *testing.T) {
 		t.Errorf("after the update: stored %s, sent %s; want %s", u.Entity.Data, u.Operation.Payload, want)
 	}
 }
+
+// The app may make an entity again under the id of one it deleted, also
+// before the delete reached the server: the create queues behind the
+// delete, and the entity reads as the new one at once.
+func TestCreateAfterLocalDelete(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{NoSync: true})
+	ctx := context.Background()
+	c1 := create(t, s, "n1", `{"v":1}`)
+	d := mustApply(t, s, Write{Op: OpDelete, EntityID: "n1"})
+	c2 := create(t, s, "n1", `{"v":2}`)
+	if c2.Entity.Deleted || string(c2.Entity.Data) != `{"v":2}` || c2.Entity.Version != 3 {
+		t.Errorf("re-created entity: %+v", c2.Entity)
+	}
+	if _, err := s.Apply(ctx, Write{Op: OpCreate, AccountID: "acct", EntityType: "note", EntityID: "n1", Data: json.RawMessage(`{}`)}); !errors.Is(err, ErrEntityExists) {
+		t.Errorf("a third create of a live entity: %v, want ErrEntityExists", err)
+	}
+	e, err := s.GetEntity("acct", "note", "n1")
+	if err != nil || string(e.Data) != `{"v":2}` {
+		t.Fatalf("read after the re-create: %+v, %v", e, err)
+	}
+	for i, want := range []Operation{c1.Operation, d.Operation, c2.Operation} {
+		op, err := s.Claim(ctx, "acct", "w", time.Minute)
+		if err != nil || op.ID != want.ID {
+			t.Fatalf("claim %d: %s (%v), want %s %s", i, op.ID, err, want.Type, want.ID)
+		}
+		if _, err := s.Complete(ctx, op.ID, "w", Completion{ServerID: "srv-1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, err = s.GetEntity("acct", "note", "n1")
+	if err != nil || e.SyncState != SyncSynced || e.Deleted || string(e.Data) != `{"v":2}` || e.ServerID != "srv-1" {
+		t.Errorf("after all three went: %+v, %v", e, err)
+	}
+}

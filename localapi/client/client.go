@@ -156,11 +156,11 @@ type Operation struct {
 
 // Status is syncd's one-screen summary.
 type Status struct {
-	AccountID               string         `json:"accountId,omitempty"`
-	SignedIn                bool           `json:"signedIn"`
-	Online                  bool           `json:"online"`
-	Paused                  bool           `json:"paused"`
-	PauseReason             string         `json:"pauseReason,omitempty"`
+	AccountID   string `json:"accountId,omitempty"`
+	SignedIn    bool   `json:"signedIn"`
+	Online      bool   `json:"online"`
+	Paused      bool   `json:"paused"`
+	PauseReason string `json:"pauseReason,omitempty"`
 	// Counts and OldestPendingAgeSeconds cover every account's
 	// operations; AccountCounts and AccountOldestPendingAgeSeconds the
 	// signed-in account's (nil and 0 when signed out).
@@ -168,9 +168,9 @@ type Status struct {
 	OldestPendingAgeSeconds        float64        `json:"oldestPendingAgeSeconds"`
 	AccountCounts                  map[string]int `json:"accountCounts,omitempty"`
 	AccountOldestPendingAgeSeconds float64        `json:"accountOldestPendingAgeSeconds,omitempty"`
-	FileSizeBytes           int64          `json:"fileSizeBytes"`
-	FreeBytes               int64          `json:"freeBytes"`
-	LastEventSeq            uint64         `json:"lastEventSeq"`
+	FileSizeBytes                  int64          `json:"fileSizeBytes"`
+	FreeBytes                      int64          `json:"freeBytes"`
+	LastEventSeq                   uint64         `json:"lastEventSeq"`
 }
 
 // List is one page of a listing; pass Next as After for the next page.

@@ -119,6 +119,7 @@ type Daemon struct {
 	conc       int
 	sweepEvery time.Duration
 	probeEvery time.Duration // <= 0: never probe
+	storeFail  storeFailures // failed claims, for a rate-limited log
 	lease      time.Duration
 	maxAge     time.Duration
 	rnd        func(n int64) int64
@@ -185,6 +186,7 @@ func New(cfg Config) (*Daemon, error) {
 	if d.now == nil {
 		d.now = time.Now
 	}
+	d.storeFail.now, d.storeFail.logger = d.now, d.logger
 	if d.policy.MaxElapsed == 0 {
 		// Retrying stops where resending would stop anyway.
 		d.policy.MaxElapsed = d.maxAge

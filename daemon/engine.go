@@ -110,6 +110,7 @@ func (d *Daemon) Stop(ctx context.Context) {
 // worker claims and sends operations until the daemon stops.
 func (d *Daemon) worker(hard context.Context) {
 	defer d.life.wg.Done()
+	failures := 0 // claims failed in a row
 	for {
 		wake := d.wakeChan() // before claiming, so no wake is missed
 		select {
@@ -120,6 +121,10 @@ func (d *Daemon) worker(hard context.Context) {
 		default:
 		}
 		c, ok, err := d.claim(hard)
+		if err == nil && failures > 0 {
+			failures = 0
+			d.storeFail.ok()
+		}
 		if ok {
 			// A done operation's outcome and the next claim share one
 			// commit: the worker goes on with what process claimed.
@@ -140,8 +145,9 @@ func (d *Daemon) worker(hard context.Context) {
 			if hard.Err() != nil {
 				return
 			}
-			d.logger.Error("daemon: claim failed", "err", err)
-			delay, hasDelay = idleRetry, true
+			failures++
+			d.storeFail.failed(err)
+			delay, hasDelay = idleBackoff(failures), true
 		} else if at, ok := d.nextWake(); ok {
 			// A wake time already past means the claim raced with a
 			// change; look again soon, never spin.

@@ -18,8 +18,10 @@ func TestStoreFailuresLogQuietly(t *testing.T) {
 	diskFull := errors.New("no space left on device")
 	lines := func() int { return strings.Count(buf.String(), "\n") }
 
-	f.ok() // nothing failed: nothing to say
-	for range 4 * 60 { // four workers, one claim a second, a minute
+	// Nothing failed: nothing to say.
+	f.ok()
+	// Four workers, one claim a second each, for a minute.
+	for range 4 * 60 {
 		f.failed(diskFull)
 		clock.Advance(time.Second / 4)
 	}

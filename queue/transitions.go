@@ -324,7 +324,9 @@ func (tx *txw) userRetry(op *Operation) error {
 // Discard is the user's decision to drop a permanently failed operation.
 // The operation row is removed. Discarding a create also removes the
 // local entity and every later operation of it, since none of them can
-// reach a server that never got the entity. Discarding an update leaves
+// reach a server that never got the entity; but if the app deleted the
+// entity and created it again under the same id, the new create and what
+// follows it stay, and so does the entity. Discarding an update leaves
 // the local data as it is (it may then differ from the server's until
 // the next update); discarding a delete brings the entity back.
 func (s *Store) Discard(ctx context.Context, id string) error {
@@ -337,9 +339,20 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 			return fmt.Errorf("%w: only a permanently failed operation can be discarded; %s is %s", ErrIllegalTransition, id, op.State)
 		}
 		victims := []*Operation{op}
+		recreated := false
 		if op.Type == OpCreate {
-			if victims, err = tx.partitionOps(op.AccountID, op.EntityType, op.EntityID); err != nil {
+			ops, err := tx.partitionOps(op.AccountID, op.EntityType, op.EntityID)
+			if err != nil {
 				return err
+			}
+			for i, o := range ops { // ops[0] is op, the failed head
+				if i > 0 && o.Type == OpCreate {
+					victims, recreated = ops[:i], true
+					break
+				}
+			}
+			if !recreated {
+				victims = ops
 			}
 		}
 		for _, v := range victims {
@@ -352,7 +365,7 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 			return err
 		}
 		switch {
-		case op.Type == OpCreate:
+		case op.Type == OpCreate && !recreated:
 			if err := tx.del(tx.b(bucketEntities), entityKey(e.AccountID, e.Type, e.ID)); err != nil {
 				return err
 			}

@@ -439,3 +439,36 @@ func TestCreateAfterLocalDelete(t *testing.T) {
 		t.Errorf("after all three went: %+v, %v", e, err)
 	}
 }
+
+// Discarding a failed create drops what followed it, up to a create of
+// the same id made again after a delete: that one stays, with its entity.
+func TestDiscardKeepsRecreate(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{NoSync: true})
+	ctx := context.Background()
+	c1 := create(t, s, "n1", `{"v":1}`)
+	op, err := s.Claim(ctx, "acct", "w", time.Minute)
+	if err != nil || op.ID != c1.Operation.ID {
+		t.Fatalf("claim: %v, %v", op.ID, err)
+	}
+	if err := s.Decline(ctx, op.ID, "w", "validation", "bad"); err != nil {
+		t.Fatal(err)
+	}
+	d := mustApply(t, s, Write{Op: OpDelete, EntityID: "n1"})
+	c2 := create(t, s, "n1", `{"v":2}`)
+	if err := s.Discard(ctx, c1.Operation.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{c1.Operation.ID, d.Operation.ID} {
+		if _, err := s.GetOperation(id); !errors.Is(err, ErrOperationNotFound) {
+			t.Errorf("operation %s after the discard: %v, want gone", id, err)
+		}
+	}
+	e, err := s.GetEntity("acct", "note", "n1")
+	if err != nil || string(e.Data) != `{"v":2}` || e.SyncState != SyncPending {
+		t.Fatalf("entity after the discard: %+v, %v", e, err)
+	}
+	if op, err := s.Claim(ctx, "acct", "w", time.Minute); err != nil || op.ID != c2.Operation.ID {
+		t.Errorf("claim after the discard: %s, %v; want the new create", op.ID, err)
+	}
+}

@@ -137,6 +137,16 @@ func TestCLIStatus(t *testing.T) {
 		t.Errorf("status --json: %+v", st)
 	}
 
+	// A failure the server declined can be fixed in the app.
+	op, err := c.Store.Claim(context.Background(), "alice", "test-worker", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Store.Decline(context.Background(), op.ID, "test-worker", "validation", "title is required"); err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "with a declined op", c.must("status"), "needs your attention (2 failed):", "fix with: the app (update the entity")
+
 	// Another account signs in; alice's operations stay queued for her.
 	// The queue shown is bob's, and alice's are only counted.
 	if err := c.Daemon.SetSession(context.Background(), "bob", "bob.1"); err != nil {
@@ -156,7 +166,7 @@ func TestCLIStatus(t *testing.T) {
 	if err := json.Unmarshal([]byte(c.must("status", "--json")), &bob); err != nil {
 		t.Fatal(err)
 	}
-	if bob.Counts["pending"] != 1 || bob.AccountCounts == nil || bob.AccountCounts["pending"] != 0 || bob.AccountCounts["permanent_failed"] != 0 {
+	if bob.Counts["permanent_failed"] != 2 || bob.AccountCounts == nil || bob.AccountCounts["pending"] != 0 || bob.AccountCounts["permanent_failed"] != 0 {
 		t.Errorf("bob's status --json: %+v", bob)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -93,6 +94,12 @@ func printStatus(w io.Writer, st client.Status, failed []client.Operation) {
 		fmt.Fprintf(tw, "  %s\t%s %s/%s\t%s\t%s\n", op.ID, op.Type, op.EntityType, op.EntityID, op.LastErrorCode, op.LastError)
 	}
 	tw.Flush()
+	if slices.ContainsFunc(failed, func(op client.Operation) bool { return op.Declined }) {
+		// The server refused them: a fix of the data in the app sends
+		// them again by itself.
+		fmt.Fprintln(w, "\nfix with: the app (update the entity: it goes again at once) | syncd ops retry ID | syncd ops discard ID")
+		return
+	}
 	fmt.Fprintln(w, "\nfix with: syncd ops retry ID | syncd ops discard ID")
 }
 

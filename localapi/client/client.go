@@ -152,6 +152,12 @@ type Operation struct {
 	LastError      string          `json:"lastError,omitempty"`
 	CreatedAt      time.Time       `json:"createdAt"`
 	CompletedAt    time.Time       `json:"completedAt,omitzero"`
+	UserRetriedAt  time.Time       `json:"userRetriedAt,omitzero"`
+	// Declined: the server answered that it did not apply this failed
+	// operation. An update of its entity, or Retry, sends the entity's
+	// current data under a new key (RemoteKey).
+	Declined  bool   `json:"declined,omitempty"`
+	RemoteKey string `json:"remoteKey,omitempty"`
 }
 
 // Status is syncd's one-screen summary.

@@ -694,3 +694,65 @@ func TestRecreateAfterDelete(t *testing.T) {
 		t.Errorf("local entity %s server id %q, want synced %q", ent.SyncState, ent.ServerID, rec.ID)
 	}
 }
+
+// An entity deleted and made again while the delete failed (403):
+// discarding the delete leaves the server's record live with the new
+// data. The create behind the delete goes as an update, since the server
+// still holds the entity and would answer a create with its old record.
+func TestDiscardDeleteBeforeRecreate(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	d, c := failedDeleteThenRecreate(t, e)
+	if err := e.store.Discard(context.Background(), d.Operation.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.drain()
+	if op := e.wantState(c.Operation.ID, queue.StateDone); op.Type != queue.OpUpdate {
+		t.Errorf("the create behind the discarded delete went as %s", op.Type)
+	}
+	rec := e.oneRecord("n1")
+	if rec.Deleted {
+		t.Fatalf("server record deleted: %+v", rec)
+	}
+	jsonEq(t, rec.Data, `{"v":2}`)
+	if ent := e.entity("n1"); ent.SyncState != queue.SyncSynced {
+		t.Errorf("entity %s", ent.SyncState)
+	}
+}
+
+// An update of an entity made again behind a refused delete does not
+// send the delete again: only the user's retry does.
+func TestUpdateDoesNotRenewDeclinedDelete(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	d, _ := failedDeleteThenRecreate(t, e)
+	e.update("n1", `{"v":3}`)
+	e.drain()
+	e.wantState(d.Operation.ID, queue.StatePermanentFailed)
+	if n := faultproxy.Count(e.proxy.Log(), func(en faultproxy.Entry) bool { return en.Method == "DELETE" }); n != 1 {
+		t.Errorf("the refused delete was sent %d times, want 1", n)
+	}
+}
+
+// failedDeleteThenRecreate syncs n1, has its delete refused with 403
+// (declined) and creates n1 again behind it: the delete and the create.
+func failedDeleteThenRecreate(t *testing.T, e *env) (del, create queue.Result) {
+	t.Helper()
+	e.create("n1", `{"v":1}`)
+	e.drain()
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if r.Method == "DELETE" {
+			return faultproxy.Action{Kind: faultproxy.Respond, Status: 403}
+		}
+		return faultproxy.Action{}
+	})
+	del = e.del("n1")
+	e.drain()
+	if op := e.wantState(del.Operation.ID, queue.StatePermanentFailed); !op.Declined {
+		t.Fatalf("a 403 on delete was not declined: %+v", op)
+	}
+	create = e.create("n1", `{"v":2}`)
+	e.drain()
+	e.wantState(create.Operation.ID, queue.StatePending)
+	return del, create
+}

@@ -21,9 +21,10 @@ type modelOp struct {
 	state                  State
 	nextAt, leaseExp       time.Time
 	owner                  string
+	claimed, declined      bool
 }
 
-type modelEntity struct{ deleted bool }
+type modelEntity struct{ deleted, serverID bool }
 
 type model struct {
 	ops      []*modelOp
@@ -129,8 +130,15 @@ func TestClaimMatchesModel(t *testing.T) {
 				if err != nil {
 					return
 				}
+				if typ == OpUpdate {
+					// An update releases a declined head that is no delete.
+					if u := m.unfinished(p); len(u) > 0 && u[0].state == StatePermanentFailed && u[0].declined && u[0].typ != OpDelete {
+						u[0].state, u[0].nextAt, u[0].declined = StatePending, clock.Now(), false
+					}
+				}
 				if typ == OpCreate {
-					m.entities[p] = &modelEntity{}
+					// Made again over a deleted row: it keeps its server id.
+					m.entities[p] = &modelEntity{serverID: e != nil && e.serverID}
 				}
 				if typ == OpDelete {
 					m.entities[p].deleted = true
@@ -153,7 +161,7 @@ func TestClaimMatchesModel(t *testing.T) {
 				if err != nil || got.ID != want.id {
 					rt.Fatalf("claim(%s) = %q, %v; model: %s", acct, got.ID, err, want.id)
 				}
-				want.state, want.owner, want.leaseExp = StateSending, owner, clock.Now().Add(lease)
+				want.state, want.owner, want.leaseExp, want.claimed = StateSending, owner, clock.Now().Add(lease), true
 			},
 			"outcome": func(rt *rapid.T) {
 				live := sending()
@@ -161,12 +169,15 @@ func TestClaimMatchesModel(t *testing.T) {
 					rt.Skip("nothing sending")
 				}
 				op := rapid.SampledFrom(live).Draw(rt, "op")
-				switch rapid.IntRange(0, 3).Draw(rt, "outcome") {
+				switch rapid.IntRange(0, 4).Draw(rt, "outcome") {
 				case 0:
 					if _, err := s.Complete(ctx, op.id, op.owner, Completion{ServerID: "srv"}); err != nil {
 						rt.Fatal(err)
 					}
 					op.state = StateDone
+					if e := m.entities[op.partition]; e != nil {
+						e.serverID = true
+					}
 					m.settle(op.partition)
 				case 1:
 					at := clock.Now().Add(time.Duration(rapid.IntRange(0, 10).Draw(rt, "delay")) * time.Second)
@@ -179,6 +190,11 @@ func TestClaimMatchesModel(t *testing.T) {
 						rt.Fatal(err)
 					}
 					op.state = StatePermanentFailed
+				case 4:
+					if err := s.Decline(ctx, op.id, op.owner, "validation", "x"); err != nil {
+						rt.Fatal(err)
+					}
+					op.state, op.declined = StatePermanentFailed, true
 				case 3:
 					if err := s.Release(ctx, op.id, op.owner); err != nil {
 						rt.Fatal(err)
@@ -201,7 +217,7 @@ func TestClaimMatchesModel(t *testing.T) {
 					if _, err := s.Retry(ctx, op.id); err != nil {
 						rt.Fatal(err)
 					}
-					op.state, op.nextAt = StatePending, clock.Now()
+					op.state, op.nextAt, op.declined = StatePending, clock.Now(), false
 					return
 				}
 				if err := s.Discard(ctx, op.id); err != nil {
@@ -220,7 +236,13 @@ func TestClaimMatchesModel(t *testing.T) {
 				}
 				m.remove(op)
 				if op.typ == OpDelete {
-					m.entities[op.partition].deleted = false
+					e := m.entities[op.partition]
+					e.deleted = false
+					// A create made again behind it, never sent, becomes
+					// an update of the entity the server still holds.
+					if next := m.unfinished(op.partition); len(next) > 0 && next[0].typ == OpCreate && !next[0].claimed && e.serverID {
+						next[0].typ = OpUpdate
+					}
 				}
 				m.settle(op.partition)
 			},
@@ -233,8 +255,8 @@ func TestClaimMatchesModel(t *testing.T) {
 				}
 				for _, op := range m.ops {
 					got, err := s.GetOperation(op.id)
-					if err != nil || got.State != op.state {
-						rt.Fatalf("op %s: store %s %v, model %s", op.id, got.State, err, op.state)
+					if err != nil || got.State != op.state || got.Type != op.typ || got.Declined != op.declined {
+						rt.Fatalf("op %s: store %s %s declined=%v %v, model %s %s declined=%v", op.id, got.Type, got.State, got.Declined, err, op.typ, op.state, op.declined)
 					}
 				}
 			},

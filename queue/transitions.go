@@ -364,6 +364,11 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 		if err != nil || e == nil {
 			return err
 		}
+		if op.Type == OpDelete {
+			if err := tx.createBecomesUpdate(op); err != nil {
+				return err
+			}
+		}
 		switch {
 		case op.Type == OpCreate && !recreated:
 			if err := tx.del(tx.b(bucketEntities), entityKey(e.AccountID, e.Type, e.ID)); err != nil {
@@ -378,6 +383,25 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 		}
 		return tx.reconcileEntity(op.AccountID, op.EntityType, op.EntityID)
 	})
+}
+
+// createBecomesUpdate is part of discarding the delete del: a create of
+// the same id made again behind it, never sent, now follows an entity
+// the server still holds (live, since the delete did not go): it would be
+// answered with the server's record, unchanged. It becomes an update
+// with the same data, which the server applies.
+func (tx *txw) createBecomesUpdate(del *Operation) error {
+	next, err := tx.partitionHead(del.AccountID, del.EntityType, del.EntityID)
+	if err != nil || next == nil || next.Type != OpCreate || next.AttemptCount > 0 {
+		return err
+	}
+	e, err := tx.loadEntity(del.AccountID, del.EntityType, del.EntityID)
+	if err != nil || e == nil || e.ServerID == "" {
+		return err
+	}
+	next.Type = OpUpdate
+	next.PayloadFingerprint = payloadFingerprint(next)
+	return tx.saveOp(next)
 }
 
 // purgeOp removes an unfinished operation and its indexes.

@@ -219,9 +219,11 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	}
 	// An update of an entity whose head the server declined is the
 	// user's fix: the head goes again at once, with the data this update
-	// makes, under a new key (Operation.Declined). Any other failed head
-	// keeps the entity failed until the user acts on it.
-	renew := w.Op == OpUpdate && head != nil && head.State == StatePermanentFailed && head.Declined
+	// makes, under a new key (Operation.Declined). Not a declined delete
+	// (the entity was made again behind it): only the user's retry sends
+	// that again. Any other failed head keeps the entity failed until the
+	// user acts on it.
+	renew := w.Op == OpUpdate && head != nil && head.State == StatePermanentFailed && head.Declined && head.Type != OpDelete
 	if head != nil && head.State == StatePermanentFailed && !renew {
 		e.SyncState, e.SyncError = SyncFailed, readableError(head)
 	}

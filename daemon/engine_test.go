@@ -756,3 +756,46 @@ func failedDeleteThenRecreate(t *testing.T, e *env) (del, create queue.Result) {
 	e.wantState(create.Operation.ID, queue.StatePending)
 	return del, create
 }
+
+// A 4xx after an attempt whose answer was lost is no proof that the
+// operation was not applied (the first attempt reached the server; the
+// 403 came from in front of it). The operation fails but is not taken as
+// declined: an update does not renew it, and the user's retry keeps its
+// key, which the server answers with the stored 201.
+func TestNoDeclineAfterLostAnswer(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		switch r.KeySeen {
+		case 1:
+			return faultproxy.Action{Kind: faultproxy.DropResponse} // committed, answer lost
+		case 2:
+			return faultproxy.Action{Kind: faultproxy.Respond, Status: 403}
+		}
+		return faultproxy.Action{}
+	})
+	c := e.create("n1", `{"v":1}`)
+	e.drain()
+	if op := e.wantState(c.Operation.ID, queue.StateRetryWaiting); !op.MaybeApplied {
+		t.Fatalf("a lost answer did not mark the op maybe applied: %+v", op)
+	}
+	e.clock.Advance(time.Hour)
+	e.drain()
+	if op := e.wantState(c.Operation.ID, queue.StatePermanentFailed); op.Declined || op.LastErrorCode != transport.CodeForbidden {
+		t.Fatalf("after the 403: declined=%v code %s, want a plain forbidden failure", op.Declined, op.LastErrorCode)
+	}
+	e.update("n1", `{"v":2}`)
+	e.drain()
+	e.wantState(c.Operation.ID, queue.StatePermanentFailed)
+	if _, err := e.store.Retry(context.Background(), c.Operation.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.drain()
+	if op := e.wantState(c.Operation.ID, queue.StateDone); op.Key() != op.ID {
+		t.Errorf("the retry went under a new key %q", op.Key())
+	}
+	if n := faultproxy.Count(e.proxy.Log(), keyed(c.Operation.ID)); n != 3 {
+		t.Errorf("the create's key was sent %d times, want 3", n)
+	}
+	jsonEq(t, e.oneRecord("n1").Data, `{"v":2}`)
+}

@@ -153,7 +153,7 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		// Pause first, so no other worker re-claims the released op and
 		// sends it again with the refused token.
 		paused := d.refreshNeeded(c.sess)
-		d.release(c, "token refused")
+		d.release(c, "token refused", false)
 		if paused {
 			d.logger.Warn("daemon: the server refused the session's token; sending is paused until a new token is set", "account", op.AccountID)
 			data, _ := json.Marshal(map[string]string{"reason": o.Code})
@@ -165,7 +165,7 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		if o.Code == transport.CodeCanceled && !leaseCut {
 			// The daemon is stopping or the session ended: no penalty.
 			d.metrics.attempt(o.Code)
-			d.release(c, "send canceled")
+			d.release(c, "send canceled", o.Sends > 0)
 			return
 		}
 		code := o.Code
@@ -185,7 +185,8 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 			d.fail(c, gcode, fmt.Sprintf("gave up retrying after %d attempts; last error: %s", op.AttemptCount, message(o)))
 			return
 		}
-		if err := d.store.RetryAt(ctx, op.ID, c.owner, at, code, message(o)); err != nil {
+		maybeApplied := o.Sends > 0 && !answeredUnapplied[code]
+		if err := d.store.RetryAt(ctx, op.ID, c.owner, at, code, message(o), maybeApplied); err != nil {
 			d.storeErr("retry", op, err)
 			return
 		}
@@ -197,10 +198,23 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 	return next, false
 }
 
+// answeredUnapplied holds the retry codes of an answer saying the
+// request was not processed: 408, 429, 503. Any other retry after the
+// request went out (a network error or timeout, another 5xx, 409 in
+// flight) may hide an applied attempt, and the operation is marked
+// MaybeApplied: a 4xx under the same key later proves nothing about it,
+// so it is not taken as declined.
+var answeredUnapplied = map[string]bool{
+	transport.CodeRequestTimeout: true,
+	transport.CodeRateLimited:    true,
+	transport.CodeUnavailable:    true,
+}
+
 // declined holds the outcome codes of a server's answer that it did not
 // apply the operation: a 4xx about the request itself. The queue marks
-// such an operation Declined, and the user's retry or the entity's next
-// update sends the current data under a new key. Codes that leave the
+// such an operation Declined (unless an earlier attempt under its key may
+// have been applied: Operation.MaybeApplied), and the user's retry or the
+// entity's next update sends the current data under a new key. Codes that leave the
 // effect unknown (invalid_response, unexpected_status), or that mean the
 // key already names other data (payload_conflict), are not here: such an
 // operation keeps its key.
@@ -246,8 +260,9 @@ func (d *Daemon) fail(c claimed, code, msg string) {
 }
 
 // release puts a claimed operation back to pending, ready at once.
-func (d *Daemon) release(c claimed, why string) {
-	if err := d.store.Release(context.Background(), c.op.ID, c.owner); err != nil {
+// maybeApplied: its request went out and the send was cut off.
+func (d *Daemon) release(c claimed, why string, maybeApplied bool) {
+	if err := d.store.Release(context.Background(), c.op.ID, c.owner, maybeApplied); err != nil {
 		d.storeErr("release ("+why+")", c.op, err)
 	}
 }

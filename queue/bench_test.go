@@ -60,7 +60,7 @@ func BenchmarkClaim(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Release(ctx, op.ID, "w"); err != nil {
+		if err := s.Release(ctx, op.ID, "w", false); err != nil {
 			b.Fatal(err)
 		}
 	}

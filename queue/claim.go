@@ -62,6 +62,7 @@ func (tx *txw) claim(op *Operation, owner string, lease time.Duration) error {
 			return err
 		}
 		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
+		op.MaybeApplied = true // the lost worker's send may have gone out
 		if err := tx.setState(op, StatePending); err != nil {
 			return err
 		}
@@ -138,6 +139,7 @@ func (tx *txw) recoverSending() (int, error) {
 			if err != nil {
 				return n, err
 			}
+			op.MaybeApplied = true // the dead process's send may have gone out
 			if err := tx.release(op); err != nil {
 				return n, err
 			}

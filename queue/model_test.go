@@ -22,6 +22,7 @@ type modelOp struct {
 	nextAt, leaseExp       time.Time
 	owner                  string
 	claimed, declined      bool
+	maybe                  bool // MaybeApplied
 }
 
 type modelEntity struct{ deleted, serverID bool }
@@ -133,7 +134,7 @@ func TestClaimMatchesModel(t *testing.T) {
 				if typ == OpUpdate {
 					// An update releases a declined head that is no delete.
 					if u := m.unfinished(p); len(u) > 0 && u[0].state == StatePermanentFailed && u[0].declined && u[0].typ != OpDelete {
-						u[0].state, u[0].nextAt, u[0].declined = StatePending, clock.Now(), false
+						u[0].state, u[0].nextAt, u[0].declined, u[0].maybe = StatePending, clock.Now(), false, false
 					}
 				}
 				if typ == OpCreate {
@@ -161,6 +162,9 @@ func TestClaimMatchesModel(t *testing.T) {
 				if err != nil || got.ID != want.id {
 					rt.Fatalf("claim(%s) = %q, %v; model: %s", acct, got.ID, err, want.id)
 				}
+				if want.state == StateSending { // an expired lease: the lost send may have gone out
+					want.maybe = true
+				}
 				want.state, want.owner, want.leaseExp, want.claimed = StateSending, owner, clock.Now().Add(lease), true
 			},
 			"outcome": func(rt *rapid.T) {
@@ -181,9 +185,11 @@ func TestClaimMatchesModel(t *testing.T) {
 					m.settle(op.partition)
 				case 1:
 					at := clock.Now().Add(time.Duration(rapid.IntRange(0, 10).Draw(rt, "delay")) * time.Second)
-					if err := s.RetryAt(ctx, op.id, op.owner, at, "network", "x"); err != nil {
+					maybe := rapid.Bool().Draw(rt, "maybeApplied")
+					if err := s.RetryAt(ctx, op.id, op.owner, at, "network", "x", maybe); err != nil {
 						rt.Fatal(err)
 					}
+					op.maybe = op.maybe || maybe
 					op.state, op.nextAt = StateRetryWaiting, at
 				case 2:
 					if err := s.Fail(ctx, op.id, op.owner, "validation", "x"); err != nil {
@@ -194,11 +200,13 @@ func TestClaimMatchesModel(t *testing.T) {
 					if err := s.Decline(ctx, op.id, op.owner, "validation", "x"); err != nil {
 						rt.Fatal(err)
 					}
-					op.state, op.declined = StatePermanentFailed, true
+					op.state, op.declined = StatePermanentFailed, !op.maybe
 				case 3:
-					if err := s.Release(ctx, op.id, op.owner); err != nil {
+					maybe := rapid.Bool().Draw(rt, "maybeApplied")
+					if err := s.Release(ctx, op.id, op.owner, maybe); err != nil {
 						rt.Fatal(err)
 					}
+					op.maybe = op.maybe || maybe
 					op.state, op.nextAt = StatePending, clock.Now()
 				}
 			},
@@ -216,6 +224,9 @@ func TestClaimMatchesModel(t *testing.T) {
 				if rapid.Bool().Draw(rt, "retry") {
 					if _, err := s.Retry(ctx, op.id); err != nil {
 						rt.Fatal(err)
+					}
+					if op.declined { // a new key
+						op.maybe = false
 					}
 					op.state, op.nextAt, op.declined = StatePending, clock.Now(), false
 					return
@@ -255,8 +266,8 @@ func TestClaimMatchesModel(t *testing.T) {
 				}
 				for _, op := range m.ops {
 					got, err := s.GetOperation(op.id)
-					if err != nil || got.State != op.state || got.Type != op.typ || got.Declined != op.declined {
-						rt.Fatalf("op %s: store %s %s declined=%v %v, model %s %s declined=%v", op.id, got.Type, got.State, got.Declined, err, op.typ, op.state, op.declined)
+					if err != nil || got.State != op.state || got.Type != op.typ || got.Declined != op.declined || got.MaybeApplied != op.maybe {
+						rt.Fatalf("op %s: store %s %s declined=%v maybe=%v %v, model %s %s declined=%v maybe=%v", op.id, got.Type, got.State, got.Declined, got.MaybeApplied, err, op.typ, op.state, op.declined, op.maybe)
 					}
 				}
 			},

@@ -21,7 +21,7 @@ func TestRetryNow(t *testing.T) {
 		if err != nil || op.ID != r.Operation.ID {
 			t.Fatalf("claim %s: %v, %v", id, op.ID, err)
 		}
-		if err := s.RetryAt(ctx, op.ID, "w", clock.Now().Add(5*time.Minute), code, "x"); err != nil {
+		if err := s.RetryAt(ctx, op.ID, "w", clock.Now().Add(5*time.Minute), code, "x", false); err != nil {
 			t.Fatal(err)
 		}
 		return op.ID
@@ -78,7 +78,7 @@ func TestReleaseUnsent(t *testing.T) {
 		want    int
 	}{
 		{s.ReleaseUnsent, 0},
-		{s.Release, 1},
+		{func(ctx context.Context, id, owner string) error { return s.Release(ctx, id, owner, false) }, 1},
 		{s.ReleaseUnsent, 1},
 	} {
 		op, err := s.Claim(ctx, "acct", "w", time.Minute)

@@ -56,12 +56,12 @@ func TestStoreTransitions(t *testing.T) {
 		return err
 	}
 	retryAt := func(s *Store, c *fakeClock, id string) error {
-		return s.RetryAt(ctx, id, "w1", c.Now().Add(time.Second), "network", "reset")
+		return s.RetryAt(ctx, id, "w1", c.Now().Add(time.Second), "network", "reset", true)
 	}
 	fail := func(s *Store, c *fakeClock, id string) error {
 		return s.Fail(ctx, id, "w1", "validation", "bad value")
 	}
-	release := func(s *Store, c *fakeClock, id string) error { return s.Release(ctx, id, "w1") }
+	release := func(s *Store, c *fakeClock, id string) error { return s.Release(ctx, id, "w1", false) }
 	userRetry := func(s *Store, c *fakeClock, id string) error { _, err := s.Retry(ctx, id); return err }
 	discard := func(s *Store, c *fakeClock, id string) error { return s.Discard(ctx, id) }
 
@@ -136,7 +136,7 @@ func TestRetryWaitingBecomesReadyAtNextAttempt(t *testing.T) {
 	if _, err := s.Claim(ctx, "acct", "w", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RetryAt(ctx, id, "w", c.Now().Add(10*time.Second), "server_error", "503"); err != nil {
+	if err := s.RetryAt(ctx, id, "w", c.Now().Add(10*time.Second), "server_error", "503", false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Claim(ctx, "acct", "w", time.Minute); !errors.Is(err, ErrNoReady) {
@@ -176,7 +176,7 @@ func TestLeaseExpiry(t *testing.T) {
 	if err != nil || op.ID != id || op.LeaseOwner != "w2" || op.AttemptCount != 2 {
 		t.Fatalf("claim after expiry: %+v, %v", op, err)
 	}
-	if err := s.RetryAt(ctx, id, "w1", c.Now(), "x", "y"); !errors.Is(err, ErrLeaseLost) {
+	if err := s.RetryAt(ctx, id, "w1", c.Now(), "x", "y", false); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("old owner's retry: %v", err)
 	}
 	if err := s.Fail(ctx, id, "w1", "x", "y"); !errors.Is(err, ErrLeaseLost) {

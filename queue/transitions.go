@@ -32,9 +32,11 @@ func (tx *txw) owned(id, owner string, to State) (*Operation, error) {
 // outcome, ready at once: the worker is stopping or the account was
 // paused. The attempt stays counted: a claim counts as an attempt,
 // since a worker cannot always know whether its request reached the
-// server (attempt_count > 0 means "may have").
-func (s *Store) Release(ctx context.Context, id, owner string) error {
-	return s.release(ctx, id, owner, false)
+// server (attempt_count > 0 means "may have"). maybeApplied says that
+// the request went out and its send was cut off without an answer (see
+// Operation.MaybeApplied).
+func (s *Store) Release(ctx context.Context, id, owner string, maybeApplied bool) error {
+	return s.release(ctx, id, owner, false, maybeApplied)
 }
 
 // ReleaseUnsent is Release for a claim whose request was certainly not
@@ -44,10 +46,10 @@ func (s *Store) Release(ctx context.Context, id, owner string) error {
 // left the machine is not mistaken for one the server may have
 // forgotten.
 func (s *Store) ReleaseUnsent(ctx context.Context, id, owner string) error {
-	return s.release(ctx, id, owner, true)
+	return s.release(ctx, id, owner, true, false)
 }
 
-func (s *Store) release(ctx context.Context, id, owner string, unsent bool) error {
+func (s *Store) release(ctx context.Context, id, owner string, unsent, maybeApplied bool) error {
 	return s.update(ctx, func(tx *txw) error {
 		op, err := tx.owned(id, owner, StatePending)
 		if err != nil {
@@ -56,6 +58,7 @@ func (s *Store) release(ctx context.Context, id, owner string, unsent bool) erro
 		if unsent && op.AttemptCount > 0 {
 			op.AttemptCount--
 		}
+		op.MaybeApplied = op.MaybeApplied || maybeApplied
 		return tx.release(op)
 	})
 }
@@ -154,8 +157,10 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 
 // RetryAt records a transient failure: the operation waits in
 // retry_waiting until at, then a claim may take it again. code is a
-// stable error code, message a readable reason.
-func (s *Store) RetryAt(ctx context.Context, id, owner string, at time.Time, code, message string) error {
+// stable error code, message a readable reason; maybeApplied says that
+// the request went out without a definite answer (see
+// Operation.MaybeApplied).
+func (s *Store) RetryAt(ctx context.Context, id, owner string, at time.Time, code, message string, maybeApplied bool) error {
 	return s.update(ctx, func(tx *txw) error {
 		op, err := tx.owned(id, owner, StateRetryWaiting)
 		if err != nil {
@@ -166,6 +171,7 @@ func (s *Store) RetryAt(ctx context.Context, id, owner string, at time.Time, cod
 		}
 		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
 		op.LastErrorCode, op.LastError = code, message
+		op.MaybeApplied = op.MaybeApplied || maybeApplied
 		op.NextAttemptAt = at
 		if err := tx.setState(op, StateRetryWaiting); err != nil {
 			return err
@@ -239,6 +245,9 @@ func (s *Store) Fail(ctx context.Context, id, owner, code, message string) error
 // it did not apply it, so the operation is marked Declined. The user's
 // retry, or the next update of the entity, then makes a new attempt with
 // the entity's current data under a new key (see Operation.Declined).
+// If an earlier attempt under the key may have been applied
+// (Operation.MaybeApplied), Decline is Fail: the answer proves nothing
+// about that attempt, and only the same key is safe to send again.
 func (s *Store) Decline(ctx context.Context, id, owner, code, message string) error {
 	return s.fail(ctx, id, owner, code, message, true)
 }
@@ -254,7 +263,7 @@ func (s *Store) fail(ctx context.Context, id, owner, code, message string, decli
 		}
 		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
 		op.LastErrorCode, op.LastError = code, message
-		op.Declined = declined
+		op.Declined = declined && !op.MaybeApplied
 		if err := tx.setState(op, StatePermanentFailed); err != nil {
 			return err
 		}
@@ -307,7 +316,7 @@ func (tx *txw) userRetry(op *Operation) error {
 			op.PayloadFingerprint = payloadFingerprint(op)
 		}
 		op.RemoteKey = uuid.NewString()
-		op.Declined = false
+		op.Declined, op.MaybeApplied = false, false
 	}
 	if err := tx.setState(op, StatePending); err != nil {
 		return err

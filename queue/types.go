@@ -93,6 +93,14 @@ type Operation struct {
 	// RemoteKey is the Idempotency-Key of the operation's attempts since
 	// its last new attempt after the server declined it; empty means ID.
 	RemoteKey string `json:"remoteKey,omitempty"`
+	// MaybeApplied is set once an attempt under the current key may have
+	// reached the server without a definite answer: its request went out
+	// and the send failed (network error, timeout, 5xx) or was cut off,
+	// or the worker holding it was lost (lease expiry, a crash). A later
+	// 4xx under the key is then no proof that the server did not apply
+	// the operation, so Decline records a plain failure and the key is
+	// kept. A new key clears it.
+	MaybeApplied bool `json:"maybeApplied,omitempty"`
 }
 
 // Key returns the Idempotency-Key to send: RemoteKey, or ID when the

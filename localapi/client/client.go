@@ -158,6 +158,9 @@ type Operation struct {
 	// current data under a new key (RemoteKey).
 	Declined  bool   `json:"declined,omitempty"`
 	RemoteKey string `json:"remoteKey,omitempty"`
+	// MaybeApplied: an attempt under the current key went out without a
+	// definite answer, so a 4xx after it is not taken as declined.
+	MaybeApplied bool `json:"maybeApplied,omitempty"`
 }
 
 // Status is syncd's one-screen summary.

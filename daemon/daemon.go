@@ -289,7 +289,9 @@ func (d *Daemon) Status(ctx context.Context) (Status, error) {
 	d.mu.Unlock()
 	s.Online = d.Online()
 
-	st, err := d.store.Stats()
+	// One read for both: the account's share never disagrees with the
+	// totals.
+	st, err := d.store.StatsFor(s.AccountID)
 	if err != nil {
 		return Status{}, err
 	}
@@ -298,12 +300,8 @@ func (d *Daemon) Status(ctx context.Context) (Status, error) {
 	}
 	s.Counts, s.FileSizeBytes, s.FreeBytes = st.Counts, st.FileSize, st.FreeBytes
 	s.OldestPendingAgeSecond = d.age(st.OldestPending)
-	if s.SignedIn {
-		counts, oldest, err := d.store.AccountStats(s.AccountID)
-		if err != nil {
-			return Status{}, err
-		}
-		s.AccountCounts, s.AccountOldestPendingAgeSecond = counts, d.age(oldest)
+	if st.Account != nil {
+		s.AccountCounts, s.AccountOldestPendingAgeSecond = st.Account.Counts, d.age(st.Account.OldestPending)
 	}
 	return s, nil
 }

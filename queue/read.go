@@ -160,67 +160,98 @@ func (s *Store) ListOperations(opts ListOptions) (items []Operation, next string
 
 // Stats returns the counts per state, the oldest unfinished operation's
 // creation time and the file's size and free space.
-func (s *Store) Stats() (Stats, error) {
-	st := Stats{Counts: make(map[State]int, len(States))}
+func (s *Store) Stats() (Stats, error) { return s.StatsFor("") }
+
+// StatsFor is Stats with Account, the share of the named account, read in
+// the same transaction (none for an empty account).
+func (s *Store) StatsFor(account string) (Stats, error) {
+	var st Stats
 	err := s.db.View(func(tx *bolt.Tx) error {
-		counts := tx.Bucket(bucketCounts)
-		for _, state := range States {
-			if v := counts.Get([]byte(state)); v != nil {
-				st.Counts[state] = int(readU64(v))
-			} else {
-				st.Counts[state] = 0
-			}
-		}
-		if k, _ := tx.Bucket(bucketUnfinished).Cursor().First(); k != nil {
-			var op Operation
-			if err := json.Unmarshal(tx.Bucket(bucketOps).Get(k), &op); err != nil {
-				return err
-			}
-			st.OldestPending = op.CreatedAt
+		st = Stats{Counts: readCounts(tx, nil)}
+		var err error
+		if st.OldestPending, err = oldestUnfinished(tx, ""); err != nil {
+			return err
 		}
 		st.FileSize = tx.Size()
 		// Info reads the mmap header: only safe while a transaction holds
 		// off a remap.
 		st.FreeBytes = int64(s.db.Stats().FreePageN) * int64(tx.DB().Info().PageSize)
+		if account == "" {
+			return nil
+		}
+		a := &AccountStats{Counts: readCounts(tx, func(st State) []byte { return accountCountKey(account, st) })}
+		if a.OldestPending, err = oldestUnfinished(tx, account); err != nil {
+			return err
+		}
+		st.Account = a
 		return nil
 	})
 	return st, err
 }
 
-// AccountStats returns an account's number of operations in each state
-// and the creation time of its oldest unfinished operation (zero when
-// there is none), as Stats does for all accounts.
-func (s *Store) AccountStats(account string) (counts map[State]int, oldest time.Time, err error) {
-	counts = make(map[State]int, len(States))
-	err = s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketCounts)
-		for _, st := range States {
-			counts[st] = 0
-			if v := b.Get(accountCountKey(account, st)); v != nil {
-				counts[st] = int(readU64(v))
-			}
+// readCounts reads the count of every state, under key(state) (the
+// state's own key when key is nil).
+func readCounts(tx *bolt.Tx, key func(State) []byte) map[State]int {
+	b := tx.Bucket(bucketCounts)
+	counts := make(map[State]int, len(States))
+	for _, st := range States {
+		k := []byte(st)
+		if key != nil {
+			k = key(st)
 		}
-		// The account's unfinished operations are its partitions' keys;
-		// the smallest seq among them is the oldest.
-		prefix := []byte(account + "\x00")
-		var first uint64
-		c := tx.Bucket(bucketPartitions).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
-			if seq := readU64(k[len(k)-8:]); first == 0 || seq < first {
-				first = seq
-			}
+		counts[st] = 0
+		if v := b.Get(k); v != nil {
+			counts[st] = int(readU64(v))
 		}
-		if first == 0 {
-			return nil
-		}
+	}
+	return counts
+}
+
+// oldestUnscanned bounds how many of the oldest unfinished operations
+// oldestUnfinished decodes looking for an account's before it walks the
+// account's partitions instead.
+const oldestUnscanned = 64
+
+// oldestUnfinished returns the creation time of the oldest unfinished
+// operation, of account's only unless account is empty; zero when there
+// is none. Usually the account's oldest is among the first few of all
+// (one account signed in at a time), so it looks there first; otherwise
+// it takes the smallest seq among the account's partition keys.
+func oldestUnfinished(tx *bolt.Tx, account string) (time.Time, error) {
+	ops := tx.Bucket(bucketOps)
+	decode := func(seq []byte) (Operation, error) {
 		var op Operation
-		if err := json.Unmarshal(tx.Bucket(bucketOps).Get(u64(first)), &op); err != nil {
-			return err
+		err := json.Unmarshal(ops.Get(seq), &op)
+		return op, err
+	}
+	c := tx.Bucket(bucketUnfinished).Cursor()
+	n := 0
+	for k, _ := c.First(); k != nil && n < oldestUnscanned; k, _ = c.Next() {
+		op, err := decode(k)
+		if err != nil {
+			return time.Time{}, err
 		}
-		oldest = op.CreatedAt
-		return nil
-	})
-	return counts, oldest, err
+		if account == "" || op.AccountID == account {
+			return op.CreatedAt, nil
+		}
+		n++
+	}
+	if account == "" || n < oldestUnscanned {
+		return time.Time{}, nil // none (of account's) among them all
+	}
+	prefix := []byte(account + "\x00")
+	var first uint64
+	pc := tx.Bucket(bucketPartitions).Cursor()
+	for k, _ := pc.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = pc.Next() {
+		if seq := readU64(k[len(k)-8:]); first == 0 || seq < first {
+			first = seq
+		}
+	}
+	if first == 0 {
+		return time.Time{}, nil
+	}
+	op, err := decode(u64(first))
+	return op.CreatedAt, err
 }
 
 // Events returns up to limit change-log events with seq > since, oldest

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,9 +11,17 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// AccountStats counts one account's operations, and finds its oldest
+func accountStats(s *Store, account string) (map[State]int, time.Time, error) {
+	st, err := s.StatsFor(account)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return st.Account.Counts, st.Account.OldestPending, nil
+}
+
+// StatsFor counts one account's operations, and finds its oldest
 // unfinished one, whatever the other accounts hold.
-func TestAccountStats(t *testing.T) {
+func TestStatsFor(t *testing.T) {
 	s, clock := setup(t, Config{NoSync: true})
 	ctx := context.Background()
 	write := func(account, id string) Result {
@@ -38,7 +47,7 @@ func TestAccountStats(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	counts, oldest, err := s.AccountStats("alice")
+	counts, oldest, err := accountStats(s, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,19 +57,35 @@ func TestAccountStats(t *testing.T) {
 	if !oldest.Equal(aliceFirst.CreatedAt) {
 		t.Errorf("alice's oldest %v, want %v (bob's older one is not hers)", oldest, aliceFirst.CreatedAt)
 	}
-	counts, _, _ = s.AccountStats("bob")
+	counts, _, _ = accountStats(s, "bob")
 	if counts[StatePending] != 1 || counts[StateDone] != 1 {
 		t.Errorf("bob's counts %v", counts)
 	}
-	counts, oldest, _ = s.AccountStats("carol")
+	counts, oldest, _ = accountStats(s, "carol")
 	if counts[StatePending] != 0 || !oldest.IsZero() {
 		t.Errorf("carol's counts %v, oldest %v", counts, oldest)
 	}
+	// Behind more than oldestUnscanned operations of another account, the
+	// oldest is found in the account's partitions.
+	for i := range oldestUnscanned + 6 {
+		write("carol", fmt.Sprintf("c%d", i))
+	}
+	clock.Advance(time.Minute)
+	dave := write("dave", "d0").Operation
+	clock.Advance(time.Minute)
+	write("dave", "d1")
+	if _, oldest, _ := accountStats(s, "dave"); !oldest.Equal(dave.CreatedAt) {
+		t.Errorf("dave's oldest %v, want %v", oldest, dave.CreatedAt)
+	}
+	if _, oldest, _ := accountStats(s, "erin"); !oldest.IsZero() {
+		t.Errorf("erin has no operations, oldest %v", oldest)
+	}
+
 	// A purge takes the account's counts with its operations.
 	if _, err := s.PurgeAccount(ctx, "bob", true); err != nil {
 		t.Fatal(err)
 	}
-	if counts, oldest, _ := s.AccountStats("bob"); counts[StatePending]+counts[StateDone] != 0 || !oldest.IsZero() {
+	if counts, oldest, _ := accountStats(s, "bob"); counts[StatePending]+counts[StateDone] != 0 || !oldest.IsZero() {
 		t.Errorf("bob after the purge: %v, %v", counts, oldest)
 	}
 }
@@ -115,7 +140,7 @@ func TestUpgradeSchema1(t *testing.T) {
 	if err := s.Check(); err != nil {
 		t.Fatalf("after the upgrade: %v", err)
 	}
-	if counts, _, _ := s.AccountStats("alice"); counts[StatePending] != 2 {
+	if counts, _, _ := accountStats(s, "alice"); counts[StatePending] != 2 {
 		t.Errorf("alice's counts after the upgrade: %v", counts)
 	}
 	s.db.View(func(tx *bolt.Tx) error {

@@ -178,6 +178,15 @@ type Stats struct {
 	// in free pages that compaction would return.
 	FileSize  int64 `json:"fileSize"`
 	FreeBytes int64 `json:"freeBytes"`
+	// Account is one account's share of Counts and OldestPending, when
+	// asked for (Store.StatsFor).
+	Account *AccountStats `json:"account,omitempty"`
+}
+
+// AccountStats is one account's share of Stats.
+type AccountStats struct {
+	Counts        map[State]int `json:"counts"`
+	OldestPending time.Time     `json:"oldestPending,omitzero"`
 }
 
 // Event is one entry of the durable change log. Every mutation of the

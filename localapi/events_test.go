@@ -292,7 +292,11 @@ func TestEventsSlowSubscriberIsCutOff(t *testing.T) {
 	}
 	e := localapitest.Start(t, localapitest.Options{
 		Account: "alice", Drain: true,
-		Bus:    daemon.BusConfig{SubscriberBuffer: 256},
+		// 200 writes make about 1,000 events: far more than the stuck
+		// subscriber holds, and room for the healthy one to be
+		// descheduled a while on a loaded machine (at 256 it once fell
+		// behind under -race with other packages' tests running).
+		Bus:    daemon.BusConfig{SubscriberBuffer: 512},
 		Config: localapi.Config{EventWriteTimeout: 5 * time.Minute, EventSocketBuffer: 4096},
 	})
 	const writes = 200

@@ -568,14 +568,7 @@ func TestDeclinedFixedByUpdate(t *testing.T) {
 func TestDeclinedForbiddenRetried(t *testing.T) {
 	t.Parallel()
 	e := setup(t, envOpts{})
-	var forbid atomic.Bool
-	forbid.Store(true)
-	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action {
-		if forbid.Load() {
-			return faultproxy.Action{Kind: faultproxy.Respond, Status: 403}
-		}
-		return faultproxy.Action{}
-	})
+	forbid := respondWhile(e, 403)
 	c := e.create("n1", `{"v":1}`)
 	e.drain()
 	if op := e.wantState(c.Operation.ID, queue.StatePermanentFailed); op.LastErrorCode != transport.CodeForbidden || !op.Declined {
@@ -593,6 +586,20 @@ func TestDeclinedForbiddenRetried(t *testing.T) {
 	jsonEq(t, e.oneRecord("n1").Data, `{"v":1}`)
 }
 
+// respondWhile makes the proxy answer every request with status, without
+// forwarding it, while the returned flag is set (it starts set).
+func respondWhile(e *env, status int) *atomic.Bool {
+	var on atomic.Bool
+	on.Store(true)
+	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action {
+		if on.Load() {
+			return faultproxy.Action{Kind: faultproxy.Respond, Status: status}
+		}
+		return faultproxy.Action{}
+	})
+	return &on
+}
+
 // A user's retry after the operation gave up (retry_expired) gets a
 // fresh deadline: one more temporary failure schedules a retry instead of
 // failing it again at once.
@@ -601,14 +608,7 @@ func TestUserRetryRestartsDeadline(t *testing.T) {
 	e := setup(t, envOpts{cfg: Config{
 		Policy: transport.Policy{MaxElapsed: 10 * time.Minute, Backoff: transport.Backoff{Base: time.Minute, Max: time.Minute}},
 	}})
-	var down atomic.Bool
-	down.Store(true)
-	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action {
-		if down.Load() {
-			return faultproxy.Action{Kind: faultproxy.Respond, Status: 503}
-		}
-		return faultproxy.Action{}
-	})
+	down := respondWhile(e, 503)
 	c := e.create("n1", `{"v":1}`)
 	e.drain()
 	e.wantState(c.Operation.ID, queue.StateRetryWaiting)

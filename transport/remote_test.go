@@ -15,18 +15,7 @@ import (
 // delete replay, update of a deleted entity, delete of an unknown id.
 func TestAgainstReferenceServer(t *testing.T) {
 	t.Parallel()
-	srv, err := remote.New(remote.Config{DataDir: t.TempDir(), DevTokens: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	c, err := transport.New(transport.Config{BaseURL: hs.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.CloseIdleConnections)
+	c := referenceClient(t, remote.Config{})
 
 	send := func(step string, r transport.Request, want transport.Decision, code string, replayed bool) transport.Outcome {
 		t.Helper()
@@ -93,21 +82,9 @@ func TestCreateNearTheDataLimit(t *testing.T) {
 	if transport.DefaultMaxResponseBytes < 6*queue.DefaultMaxDataBytes+64<<10 {
 		t.Fatalf("DefaultMaxResponseBytes %d is too small for data of up to %d bytes", transport.DefaultMaxResponseBytes, queue.DefaultMaxDataBytes)
 	}
-	srv, err := remote.New(remote.Config{
-		DataDir: t.TempDir(), DevTokens: true,
+	c := referenceClient(t, remote.Config{
 		MaxBodyBytes: queue.DefaultMaxDataBytes + 64<<10, // as the daemon's embedded server
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	c, err := transport.New(transport.Config{BaseURL: hs.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.CloseIdleConnections)
 
 	data := `{"s":"` + strings.Repeat("x", queue.DefaultMaxDataBytes-len(`{"s":""}`)) + `"}`
 	o := c.Send(t.Context(), transport.Request{
@@ -120,4 +97,24 @@ func TestCreateNearTheDataLimit(t *testing.T) {
 	if len(o.Body) <= 1<<20 {
 		t.Fatalf("the reply is %d bytes; the test wants one over 1 MiB", len(o.Body))
 	}
+}
+
+// referenceClient starts the reference server (cfg, with dev tokens and a
+// temporary data directory) on loopback and returns a client of it.
+func referenceClient(t *testing.T, cfg remote.Config) *transport.Client {
+	t.Helper()
+	cfg.DataDir, cfg.DevTokens = t.TempDir(), true
+	srv, err := remote.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	c, err := transport.New(transport.Config{BaseURL: hs.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
 }

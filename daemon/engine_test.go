@@ -799,3 +799,98 @@ func TestNoDeclineAfterLostAnswer(t *testing.T) {
 	}
 	jsonEq(t, e.oneRecord("n1").Data, `{"v":2}`)
 }
+
+// net/http resends a request with an Idempotency-Key by itself when a
+// kept-alive connection dies before any answer. When the first write was
+// applied and its answer lost, the refusal of the second within the same
+// Send proves nothing: not declined.
+func TestNoDeclineAfterResendInOneSend(t *testing.T) {
+	t.Parallel()
+	var sends atomic.Int64
+	e := setup(t, envOpts{cfg: Config{TestHookAfterResponse: func(op queue.Operation, o transport.Outcome) {
+		if op.EntityID == "n1" {
+			sends.Store(int64(o.Sends))
+		}
+	}}})
+	e.create("n0", `{"v":0}`) // a kept-alive connection for n1's first write
+	e.drain()
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if !strings.Contains(string(r.Body), `"n1"`) {
+			return faultproxy.Action{}
+		}
+		if r.KeySeen == 1 {
+			return faultproxy.Action{Kind: faultproxy.DropResponse} // applied, answer lost
+		}
+		return faultproxy.Action{Kind: faultproxy.Respond, Status: 403}
+	})
+	c := e.create("n1", `{"v":1}`)
+	e.drain()
+	if n := sends.Load(); n != 2 {
+		t.Fatalf("the send wrote the request %d times, want 2 (net/http's resend on a new connection)", n)
+	}
+	op := e.wantState(c.Operation.ID, queue.StatePermanentFailed)
+	if op.Declined || !op.MaybeApplied {
+		t.Fatalf("declined=%v maybeApplied=%v after an applied write and a 403 in one send", op.Declined, op.MaybeApplied)
+	}
+}
+
+// Giving up after a lost answer, and a reply that is a 2xx the daemon
+// cannot take as done, both leave the op maybe applied: a refusal after
+// the user's retry is then not taken as declined.
+func TestFailKeepsMaybeApplied(t *testing.T) {
+	t.Parallel()
+	for name, first := range map[string]faultproxy.Action{
+		"gave up after a lost answer": {Kind: faultproxy.DropResponse},
+		"201 without a server id":     {Kind: faultproxy.Respond, Status: 201},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, envOpts{cfg: Config{Policy: transport.Policy{MaxElapsed: time.Minute, Backoff: transport.Backoff{Base: time.Hour}}}})
+			e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+				if r.KeySeen == 1 {
+					return first
+				}
+				return faultproxy.Action{Kind: faultproxy.Respond, Status: 403}
+			})
+			c := e.create("n1", `{"v":1}`)
+			e.drain()
+			if op := e.wantState(c.Operation.ID, queue.StatePermanentFailed); !op.MaybeApplied {
+				t.Fatalf("failed (%s) without maybeApplied", op.LastErrorCode)
+			}
+			if _, err := e.store.Retry(context.Background(), c.Operation.ID); err != nil {
+				t.Fatal(err)
+			}
+			e.drain()
+			if op := e.wantState(c.Operation.ID, queue.StatePermanentFailed); op.Declined || op.Key() != op.ID {
+				t.Fatalf("a 403 after a maybe applied attempt: declined=%v key %q", op.Declined, op.Key())
+			}
+		})
+	}
+}
+
+// A refusal replayed by the server's idempotency record is the answer of
+// the key's only execution: declined, even after an attempt whose answer
+// was lost.
+func TestReplayedRefusalDeclines(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if r.KeySeen == 1 {
+			return faultproxy.Action{Kind: faultproxy.DropResponse} // the server refused; the answer is lost
+		}
+		return faultproxy.Action{}
+	})
+	c := e.create("n1", `{"invalid":true}`)
+	e.drain()
+	e.wantState(c.Operation.ID, queue.StateRetryWaiting)
+	e.clock.Advance(time.Hour)
+	e.drain()
+	op := e.wantState(c.Operation.ID, queue.StatePermanentFailed)
+	if !op.Declined || op.LastErrorCode != transport.CodeValidation {
+		t.Fatalf("a replayed 400: declined=%v code %s, want declined validation", op.Declined, op.LastErrorCode)
+	}
+	e.update("n1", `{"invalid":null}`)
+	e.drain()
+	e.wantState(c.Operation.ID, queue.StateDone)
+	jsonEq(t, e.oneRecord("n1").Data, `{}`)
+}

@@ -50,7 +50,7 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 	}
 	if op.AttemptCount > 1 && d.now().Sub(op.CreatedAt) > d.maxAge && op.UserRetriedAt.IsZero() {
 		msg := fmt.Sprintf("the operation is %s old and was attempted before; the server may have forgotten it, so it is not resent", d.now().Sub(op.CreatedAt).Round(1e9))
-		d.fail(c, CodeOperationExpired, msg)
+		d.fail(c, CodeOperationExpired, msg, false, false) // nothing was sent
 		return next, false
 	}
 	req, err := d.request(op, c.sess.token)
@@ -153,7 +153,7 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		// Pause first, so no other worker re-claims the released op and
 		// sends it again with the refused token.
 		paused := d.refreshNeeded(c.sess)
-		d.release(c, "token refused", false)
+		d.release(c, "token refused", maybeApplied(o))
 		if paused {
 			d.logger.Warn("daemon: the server refused the session's token; sending is paused until a new token is set", "account", op.AccountID)
 			data, _ := json.Marshal(map[string]string{"reason": o.Code})
@@ -165,7 +165,7 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		if o.Code == transport.CodeCanceled && !leaseCut {
 			// The daemon is stopping or the session ended: no penalty.
 			d.metrics.attempt(o.Code)
-			d.release(c, "send canceled", o.Sends > 0)
+			d.release(c, "send canceled", maybeApplied(o))
 			return
 		}
 		code := o.Code
@@ -182,41 +182,60 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		}
 		at, giveUp, gcode := d.policy.Next(o, op.AttemptCount-1, since, d.now(), d.rnd)
 		if giveUp {
-			d.fail(c, gcode, fmt.Sprintf("gave up retrying after %d attempts; last error: %s", op.AttemptCount, message(o)))
+			d.fail(c, gcode, fmt.Sprintf("gave up retrying after %d attempts; last error: %s", op.AttemptCount, message(o)), false, maybeApplied(o))
 			return
 		}
-		maybeApplied := o.Sends > 0 && !answeredUnapplied[code]
-		if err := d.store.RetryAt(ctx, op.ID, c.owner, at, code, message(o), maybeApplied); err != nil {
+		if err := d.store.RetryAt(ctx, op.ID, c.owner, at, code, message(o), maybeApplied(o)); err != nil {
 			d.storeErr("retry", op, err)
 			return
 		}
 		d.logger.Debug("daemon: retry scheduled", "operation", op.ID, "code", code, "attempts", op.AttemptCount, "in", at.Sub(d.now()))
 	default: // Permanent, NeedsUserAction
 		d.metrics.attempt(o.Code)
-		d.fail(c, o.Code, message(o))
+		// Declined when the server said it did not apply it: a fresh
+		// refusal with no attempt under the key that may have been
+		// applied, or a replayed one (the stored answer of the key's
+		// only execution).
+		isDeclined := declined[o.Code] && (o.Replayed || !op.MaybeApplied && !maybeApplied(o))
+		d.fail(c, o.Code, message(o), isDeclined, maybeApplied(o))
 	}
 	return next, false
 }
 
-// answeredUnapplied holds the retry codes of an answer saying the
-// request was not processed: 408, 429, 503. Any other retry after the
-// request went out (a network error or timeout, another 5xx, 409 in
-// flight) may hide an applied attempt, and the operation is marked
-// MaybeApplied: a 4xx under the same key later proves nothing about it,
-// so it is not taken as declined.
-var answeredUnapplied = map[string]bool{
-	transport.CodeRequestTimeout: true,
-	transport.CodeRateLimited:    true,
-	transport.CodeUnavailable:    true,
+// maybeApplied reports whether the server may have applied the attempt
+// o without its outcome saying so (Operation.MaybeApplied):
+//   - net/http sent it more than once (a kept-alive connection died
+//     before an answer, and it resent the request on a new one): the
+//     first may have been applied whatever the last answer;
+//   - no answer after the request went out (a network error, a timeout,
+//     a send cut off);
+//   - a 2xx or 3xx not taken as done (no server id, a reply too large, a
+//     redirect);
+//   - a 5xx other than 503, or 409 in flight.
+//
+// A 408, 429 or 503 says the request was not processed; another 4xx is
+// a refusal.
+func maybeApplied(o transport.Outcome) bool {
+	switch {
+	case o.Sends > 1:
+		return true
+	case o.Status == 0:
+		return o.Sends > 0
+	case o.Status < 400:
+		return true
+	case o.Status == 409:
+		return o.Code == transport.CodeInFlight
+	}
+	return o.Status >= 500 && o.Status != 503
 }
 
 // declined holds the outcome codes of a server's answer that it did not
-// apply the operation: a 4xx about the request itself. The queue marks
-// such an operation Declined (unless an earlier attempt under its key may
-// have been applied: Operation.MaybeApplied), and the user's retry or the
-// entity's next update sends the current data under a new key. Codes that leave the
-// effect unknown (invalid_response, unexpected_status), or that mean the
-// key already names other data (payload_conflict), are not here: such an
+// apply the operation: a 4xx about the request itself. Such an operation
+// is recorded Declined (unless an attempt under its key may have been
+// applied: see record), and the user's retry or the entity's next update
+// sends the current data under a new key. Codes that leave the effect
+// unknown (invalid_response, unexpected_status), or that mean the key
+// already names other data (payload_conflict), are not here: such an
 // operation keeps its key.
 var declined = map[string]bool{
 	transport.CodeValidation: true, // 400, 422
@@ -245,14 +264,19 @@ func message(o transport.Outcome) string {
 	return o.Code
 }
 
-func (d *Daemon) fail(c claimed, code, msg string) {
+// fail records a permanent failure; isDeclined records it as declined
+// (queue.Store.Decline), otherwise maybeApplied says whether this attempt
+// may have been applied.
+func (d *Daemon) fail(c claimed, code, msg string, isDeclined, maybeApplied bool) {
 	op := c.op
 	d.metrics.permanent(code)
-	fail := d.store.Fail
-	if declined[code] {
-		fail = d.store.Decline
+	var err error
+	if isDeclined {
+		err = d.store.Decline(context.Background(), op.ID, c.owner, code, msg)
+	} else {
+		err = d.store.Fail(context.Background(), op.ID, c.owner, code, msg, maybeApplied)
 	}
-	if err := fail(context.Background(), op.ID, c.owner, code, msg); err != nil {
+	if err != nil {
 		d.storeErr("fail", op, err)
 		return
 	}

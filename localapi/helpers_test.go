@@ -252,7 +252,7 @@ func (e *env) failOp(account, opID string) {
 	if op.ID != opID {
 		e.t.Fatalf("claimed %s, want %s", op.ID, opID)
 	}
-	if err := e.store.Fail(ctx, op.ID, "test-worker", "validation", "title is required"); err != nil {
+	if err := e.store.Fail(ctx, op.ID, "test-worker", "validation", "title is required", false); err != nil {
 		e.t.Fatal(err)
 	}
 }

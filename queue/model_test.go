@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,7 +23,9 @@ type modelOp struct {
 	nextAt, leaseExp       time.Time
 	owner                  string
 	claimed, declined      bool
-	maybe                  bool // MaybeApplied
+	maybe                  bool   // MaybeApplied
+	key                    string // the key the store last showed
+	renewed                bool   // a new key is due since then
 }
 
 type modelEntity struct{ deleted, serverID bool }
@@ -134,7 +137,7 @@ func TestClaimMatchesModel(t *testing.T) {
 				if typ == OpUpdate {
 					// An update releases a declined head that is no delete.
 					if u := m.unfinished(p); len(u) > 0 && u[0].state == StatePermanentFailed && u[0].declined && u[0].typ != OpDelete {
-						u[0].state, u[0].nextAt, u[0].declined, u[0].maybe = StatePending, clock.Now(), false, false
+						u[0].state, u[0].nextAt, u[0].declined, u[0].maybe, u[0].renewed = StatePending, clock.Now(), false, false, true
 					}
 				}
 				if typ == OpCreate {
@@ -192,15 +195,16 @@ func TestClaimMatchesModel(t *testing.T) {
 					op.maybe = op.maybe || maybe
 					op.state, op.nextAt = StateRetryWaiting, at
 				case 2:
-					if err := s.Fail(ctx, op.id, op.owner, "validation", "x"); err != nil {
+					maybe := rapid.Bool().Draw(rt, "maybeApplied")
+					if err := s.Fail(ctx, op.id, op.owner, "validation", "x", maybe); err != nil {
 						rt.Fatal(err)
 					}
-					op.state = StatePermanentFailed
+					op.state, op.maybe = StatePermanentFailed, op.maybe || maybe
 				case 4:
 					if err := s.Decline(ctx, op.id, op.owner, "validation", "x"); err != nil {
 						rt.Fatal(err)
 					}
-					op.state, op.declined = StatePermanentFailed, !op.maybe
+					op.state, op.declined = StatePermanentFailed, true
 				case 3:
 					maybe := rapid.Bool().Draw(rt, "maybeApplied")
 					if err := s.Release(ctx, op.id, op.owner, maybe); err != nil {
@@ -226,7 +230,7 @@ func TestClaimMatchesModel(t *testing.T) {
 						rt.Fatal(err)
 					}
 					if op.declined { // a new key
-						op.maybe = false
+						op.maybe, op.renewed = false, true
 					}
 					op.state, op.nextAt, op.declined = StatePending, clock.Now(), false
 					return
@@ -251,7 +255,7 @@ func TestClaimMatchesModel(t *testing.T) {
 					e.deleted = false
 					// A create made again behind it, never sent, becomes
 					// an update of the entity the server still holds.
-					if next := m.unfinished(op.partition); len(next) > 0 && next[0].typ == OpCreate && !next[0].claimed && e.serverID {
+					if next := m.unfinished(op.partition); op.declined && len(next) > 0 && next[0].typ == OpCreate && !next[0].claimed && e.serverID {
 						next[0].typ = OpUpdate
 					}
 				}
@@ -269,6 +273,15 @@ func TestClaimMatchesModel(t *testing.T) {
 					if err != nil || got.State != op.state || got.Type != op.typ || got.Declined != op.declined || got.MaybeApplied != op.maybe {
 						rt.Fatalf("op %s: store %s %s declined=%v maybe=%v %v, model %s %s declined=%v maybe=%v", op.id, got.Type, got.State, got.Declined, got.MaybeApplied, err, op.typ, op.state, op.declined, op.maybe)
 					}
+					// The key: the id until a renewal, then a new one each
+					// time, and unchanged otherwise.
+					switch want := cmp.Or(op.key, op.id); {
+					case op.renewed && (got.Key() == want || got.Key() == op.id):
+						rt.Fatalf("op %s: key %q after a renewal, as before", op.id, got.Key())
+					case !op.renewed && got.Key() != want:
+						rt.Fatalf("op %s: key %q, want %q", op.id, got.Key(), want)
+					}
+					op.key, op.renewed = got.Key(), false
 				}
 			},
 		})

@@ -59,7 +59,7 @@ func TestStoreTransitions(t *testing.T) {
 		return s.RetryAt(ctx, id, "w1", c.Now().Add(time.Second), "network", "reset", true)
 	}
 	fail := func(s *Store, c *fakeClock, id string) error {
-		return s.Fail(ctx, id, "w1", "validation", "bad value")
+		return s.Fail(ctx, id, "w1", "validation", "bad value", false)
 	}
 	release := func(s *Store, c *fakeClock, id string) error { return s.Release(ctx, id, "w1", false) }
 	userRetry := func(s *Store, c *fakeClock, id string) error { _, err := s.Retry(ctx, id); return err }
@@ -179,7 +179,7 @@ func TestLeaseExpiry(t *testing.T) {
 	if err := s.RetryAt(ctx, id, "w1", c.Now(), "x", "y", false); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("old owner's retry: %v", err)
 	}
-	if err := s.Fail(ctx, id, "w1", "x", "y"); !errors.Is(err, ErrLeaseLost) {
+	if err := s.Fail(ctx, id, "w1", "x", "y", false); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("old owner's fail: %v", err)
 	}
 	if _, err := s.Complete(ctx, id, "w1", Completion{ServerID: "s1"}); err != nil {

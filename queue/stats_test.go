@@ -37,7 +37,7 @@ func TestStatsFor(t *testing.T) {
 	if op, err := s.Claim(ctx, "alice", "w", time.Minute); err != nil || op.ID != aliceFirst.ID {
 		t.Fatalf("claim: %v %v", op.ID, err)
 	}
-	if err := s.Fail(ctx, aliceFirst.ID, "w", "validation", "x"); err != nil {
+	if err := s.Fail(ctx, aliceFirst.ID, "w", "validation", "x", false); err != nil {
 		t.Fatal(err)
 	}
 	if op, err := s.Claim(ctx, "bob", "w", time.Minute); err != nil || op.ID != bobFirst.ID {
@@ -107,7 +107,16 @@ func TestUpgradeSchema1(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Make it a schema 1 file: no per-account counts.
+	// bob's op was attempted and waits for a retry; alice's never went.
+	attempted, err := s.Claim(context.Background(), "bob", "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RetryAt(context.Background(), attempted.ID, "w", time.Now(), "network", "reset", false); err != nil {
+		t.Fatal(err)
+	}
+	// Make it a schema 1 file: no per-account counts, and no op marked
+	// maybe applied.
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketCounts)
 		var keys [][]byte
@@ -142,6 +151,17 @@ func TestUpgradeSchema1(t *testing.T) {
 	}
 	if counts, _, _ := accountStats(s, "alice"); counts[StatePending] != 2 {
 		t.Errorf("alice's counts after the upgrade: %v", counts)
+	}
+	// Schema 1 did not know whether an attempt went out unanswered: an
+	// attempted op may have been applied; one never attempted was not.
+	if op, _ := s.GetOperation(attempted.ID); !op.MaybeApplied {
+		t.Errorf("attempted op after the upgrade: maybeApplied false")
+	}
+	ops, _, _ := s.ListOperations(ListOptions{AccountID: "alice"})
+	for _, op := range ops {
+		if op.MaybeApplied {
+			t.Errorf("never attempted op %s marked maybe applied", op.ID)
+		}
 	}
 	s.db.View(func(tx *bolt.Tx) error {
 		if v := readU64(tx.Bucket(bucketMeta).Get(metaSchema)); v != schemaVersion {

@@ -168,7 +168,36 @@ func (s *Store) initBuckets(tx *bolt.Tx) error {
 		if err := buildAccountCounts(tx); err != nil {
 			return fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
 		}
+		if err := markMaybeApplied(tx); err != nil {
+			return fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
+		}
 		return meta.Put(metaSchema, u64(schemaVersion))
+	}
+	return nil
+}
+
+// markMaybeApplied sets MaybeApplied on every unfinished operation that
+// was attempted: schema 1 did not record whether an attempt went out
+// without an answer, so each may have.
+func markMaybeApplied(tx *bolt.Tx) error {
+	ops := tx.Bucket(bucketOps)
+	c := tx.Bucket(bucketUnfinished).Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		var op Operation
+		if err := json.Unmarshal(ops.Get(k), &op); err != nil {
+			return err
+		}
+		if op.AttemptCount == 0 || op.MaybeApplied {
+			continue
+		}
+		op.MaybeApplied = true
+		v, err := marshal(&op)
+		if err != nil {
+			return err
+		}
+		if err := ops.Put(k, v); err != nil {
+			return err
+		}
 	}
 	return nil
 }

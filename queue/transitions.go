@@ -237,22 +237,27 @@ func (s *Store) RetryNow(ctx context.Context, account string, codes ...string) (
 // its partition (later operations of the entity wait behind it) until the
 // user retries or discards it; the entity turns failed with a readable
 // syncError.
-func (s *Store) Fail(ctx context.Context, id, owner, code, message string) error {
-	return s.fail(ctx, id, owner, code, message, false)
+//
+// maybeApplied says that this attempt may have been applied by the
+// server although the outcome does not say so (see
+// Operation.MaybeApplied).
+func (s *Store) Fail(ctx context.Context, id, owner, code, message string, maybeApplied bool) error {
+	return s.fail(ctx, id, owner, code, message, false, maybeApplied)
 }
 
-// Decline is Fail for an operation the server declined: it answered that
-// it did not apply it, so the operation is marked Declined. The user's
-// retry, or the next update of the entity, then makes a new attempt with
-// the entity's current data under a new key (see Operation.Declined).
-// If an earlier attempt under the key may have been applied
-// (Operation.MaybeApplied), Decline is Fail: the answer proves nothing
-// about that attempt, and only the same key is safe to send again.
+// Decline is Fail for an operation the server declined: no attempt under
+// its key was applied, so it is marked Declined. The user's retry, or the
+// next update of the entity, then makes a new attempt with the entity's
+// current data under a new key (see Operation.Declined). The caller
+// establishes that: a refusal of this attempt and no earlier attempt
+// that may have been applied (Operation.MaybeApplied), or the server's
+// replay of a stored refusal, which is the answer of the key's only
+// execution.
 func (s *Store) Decline(ctx context.Context, id, owner, code, message string) error {
-	return s.fail(ctx, id, owner, code, message, true)
+	return s.fail(ctx, id, owner, code, message, true, false)
 }
 
-func (s *Store) fail(ctx context.Context, id, owner, code, message string, declined bool) error {
+func (s *Store) fail(ctx context.Context, id, owner, code, message string, declined, maybeApplied bool) error {
 	return s.update(ctx, func(tx *txw) error {
 		op, err := tx.owned(id, owner, StatePermanentFailed)
 		if err != nil {
@@ -263,7 +268,8 @@ func (s *Store) fail(ctx context.Context, id, owner, code, message string, decli
 		}
 		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
 		op.LastErrorCode, op.LastError = code, message
-		op.Declined = declined && !op.MaybeApplied
+		op.Declined = declined
+		op.MaybeApplied = op.MaybeApplied || maybeApplied
 		if err := tx.setState(op, StatePermanentFailed); err != nil {
 			return err
 		}
@@ -394,12 +400,17 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 	})
 }
 
-// createBecomesUpdate is part of discarding the delete del: a create of
-// the same id made again behind it, never sent, now follows an entity
-// the server still holds (live, since the delete did not go): it would be
-// answered with the server's record, unchanged. It becomes an update
-// with the same data, which the server applies.
+// createBecomesUpdate is part of discarding the delete del: if the server
+// declined it, a create of the same id made again behind it, never sent,
+// now follows an entity the server still holds live, and would be
+// answered with the server's record, unchanged. It becomes an update with
+// the same data, which the server applies.
 func (tx *txw) createBecomesUpdate(del *Operation) error {
+	if !del.Declined {
+		// The delete may have been applied: a create brings the record
+		// back (the reference server does), an update would find it gone.
+		return nil
+	}
 	next, err := tx.partitionHead(del.AccountID, del.EntityType, del.EntityID)
 	if err != nil || next == nil || next.Type != OpCreate || next.AttemptCount > 0 {
 		return err

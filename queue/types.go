@@ -97,9 +97,9 @@ type Operation struct {
 	// reached the server without a definite answer: its request went out
 	// and the send failed (network error, timeout, 5xx) or was cut off,
 	// or the worker holding it was lost (lease expiry, a crash). A later
-	// 4xx under the key is then no proof that the server did not apply
-	// the operation, so Decline records a plain failure and the key is
-	// kept. A new key clears it.
+	// fresh 4xx under the key is then no proof that the server did not
+	// apply the operation (the daemon records a plain failure and the key
+	// is kept); a replayed one is. A new key clears it.
 	MaybeApplied bool `json:"maybeApplied,omitempty"`
 }
 

@@ -35,7 +35,7 @@ func TestPartitionFIFOAndIndependence(t *testing.T) {
 		t.Fatalf("third claim: %v; the update of a must wait for its create", err)
 	}
 	// a's create fails permanently: a is held back, b goes on.
-	if err := s.Fail(ctx, c1.ID, "w", "validation", "value too large"); err != nil {
+	if err := s.Fail(ctx, c1.ID, "w", "validation", "value too large", false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Complete(ctx, c2.ID, "w", Completion{ServerID: "sb"}); err != nil {
@@ -181,7 +181,7 @@ func TestDiscard(t *testing.T) {
 		if op, err := s.Claim(ctx, "acct", "w", time.Minute); err != nil || op.ID != id {
 			t.Fatalf("claim %s: %+v %v", id, op, err)
 		}
-		if err := s.Fail(ctx, id, "w", "validation", "bad"); err != nil {
+		if err := s.Fail(ctx, id, "w", "validation", "bad", false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -294,7 +294,7 @@ func TestListScanIsBounded(t *testing.T) {
 	if _, err := s.Claim(ctx, "acct", "w", time.Minute); err != nil { // op 1
 		t.Fatal(err)
 	}
-	if err := s.Fail(ctx, "op00000000", "w", "validation", "x"); err != nil {
+	if err := s.Fail(ctx, "op00000000", "w", "validation", "x", false); err != nil {
 		t.Fatal(err)
 	}
 	page, next, err := s.ListOperations(ListOptions{State: StatePermanentFailed, Limit: 10})
@@ -360,7 +360,7 @@ func TestListUnfinishedSkipsDone(t *testing.T) {
 	if _, err := s.Claim(ctx, "acct", "w", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Fail(ctx, "late", "w", "validation", "x"); err != nil {
+	if err := s.Fail(ctx, "late", "w", "validation", "x", false); err != nil {
 		t.Fatal(err)
 	}
 	page, next, err := s.ListOperations(ListOptions{State: StatePermanentFailed, Limit: 10})

@@ -112,7 +112,13 @@ func (c *Client) Send(ctx context.Context, r Request) Outcome {
 	defer cancel()
 	var sends atomic.Int32
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(httptrace.WroteRequestInfo) { sends.Add(1) },
+		// A write that failed left the request incomplete: the server
+		// cannot have processed it.
+		WroteRequest: func(w httptrace.WroteRequestInfo) {
+			if w.Err == nil {
+				sends.Add(1)
+			}
+		},
 	})
 	hr = hr.WithContext(ctx)
 

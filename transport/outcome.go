@@ -152,10 +152,11 @@ type Outcome struct {
 	// package's sentinel errors or the net/http or context error.
 	Err error
 
-	// Sends counts how many times net/http wrote the request onto a
-	// connection during this Send (httptrace WroteRequest, failed writes
-	// included). 0 means the server cannot have seen it (e.g. dial
-	// refused, or nothing was sent). More than 1 means net/http resent it
+	// Sends counts how many times net/http wrote the whole request onto a
+	// connection during this Send (httptrace WroteRequest without an
+	// error; written may still mean only buffered by the kernel). 0 means
+	// the server cannot have seen it whole (e.g. dial refused, or nothing
+	// was sent). More than 1 means net/http resent it
 	// by itself on a new connection after a reused one died before any
 	// answer, which it does for requests carrying an Idempotency-Key. The
 	// server's idempotency record makes that safe.

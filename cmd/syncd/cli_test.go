@@ -90,7 +90,7 @@ func (c *cliEnv) fail() string {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if err := c.Store.Fail(ctx, op.ID, "test-worker", "validation", "title is required"); err != nil {
+	if err := c.Store.Fail(ctx, op.ID, "test-worker", "validation", "title is required", false); err != nil {
 		c.t.Fatal(err)
 	}
 	return op.ID

@@ -147,7 +147,7 @@ func failOp(t *testing.T, s *queue.Store, account string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Fail(ctx, op.ID, "test-worker", "validation", "title is required"); err != nil {
+	if err := s.Fail(ctx, op.ID, "test-worker", "validation", "title is required", false); err != nil {
 		t.Fatal(err)
 	}
 	return op.ID

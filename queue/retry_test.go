@@ -110,7 +110,9 @@ func TestDeclinedRenews(t *testing.T) {
 		if err != nil || op.EntityID != id {
 			t.Fatalf("claim: %s, %v; want the head of %s", op.EntityID, err, id)
 		}
-		fail := func(ctx context.Context, id, owner, code, msg string) error { return s.Fail(ctx, id, owner, code, msg, false) }
+		fail := func(ctx context.Context, id, owner, code, msg string) error {
+			return s.Fail(ctx, id, owner, code, msg, false)
+		}
 		if decline {
 			fail = s.Decline
 		}

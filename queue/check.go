@@ -24,7 +24,9 @@ import (
 //     exactly the sending operations, under their lease expiry;
 //   - the done index holds exactly the done operations;
 //   - op_ids maps every operation's id to its seq and nothing else;
-//   - the per-state counts, in all and per account, equal the rows.
+//   - the per-state counts, in all and per account, equal the rows;
+//   - a declined operation is permanently failed and not maybe applied,
+//     and every operation's payload fingerprint matches its payload.
 func (s *Store) Check() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -45,6 +47,12 @@ func (s *Store) Check() error {
 			}
 			if !op.State.Valid() {
 				bad("op %s: unknown state %q", op.ID, op.State)
+			}
+			if op.Declined && (op.State != StatePermanentFailed || op.MaybeApplied) {
+				bad("op %s: declined while %s, maybeApplied %v", op.ID, op.State, op.MaybeApplied)
+			}
+			if op.PayloadFingerprint != payloadFingerprint(&op) {
+				bad("op %s: payload fingerprint does not match its payload", op.ID)
 			}
 			ops[op.Seq] = &op
 			counts[op.State]++

@@ -204,7 +204,7 @@ func TestClaimMatchesModel(t *testing.T) {
 					if err := s.Decline(ctx, op.id, op.owner, "validation", "x"); err != nil {
 						rt.Fatal(err)
 					}
-					op.state, op.declined = StatePermanentFailed, true
+					op.state, op.declined, op.maybe = StatePermanentFailed, true, false
 				case 3:
 					maybe := rapid.Bool().Draw(rt, "maybeApplied")
 					if err := s.Release(ctx, op.id, op.owner, maybe); err != nil {

@@ -268,8 +268,10 @@ func (s *Store) fail(ctx context.Context, id, owner, code, message string, decli
 		}
 		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
 		op.LastErrorCode, op.LastError = code, message
+		// Declined is the caller's proof that nothing under the key was
+		// applied, which settles what MaybeApplied left open.
 		op.Declined = declined
-		op.MaybeApplied = op.MaybeApplied || maybeApplied
+		op.MaybeApplied = !declined && (op.MaybeApplied || maybeApplied)
 		if err := tx.setState(op, StatePermanentFailed); err != nil {
 			return err
 		}

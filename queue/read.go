@@ -179,7 +179,7 @@ func (s *Store) StatsFor(account string) (Stats, error) {
 		if account == "" {
 			return nil
 		}
-		a := &AccountStats{Counts: readCounts(tx, func(st State) []byte { return accountCountKey(account, st) })}
+		a := &AccountStats{Counts: readCounts(tx, func(state State) []byte { return accountCountKey(account, state) })}
 		if a.OldestPending, err = oldestUnfinished(tx, account); err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/syncd/syncd/config"
+	"github.com/syncd/syncd/daemon"
 	"github.com/syncd/syncd/localapi/client"
 )
 
@@ -31,9 +32,10 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	clientsFlag := fs.String("clients", "1,8,64", "comma-separated numbers of concurrent clients, one row each")
 	ops := fs.Int("ops", 2000, "creates per row")
+	concurrency := fs.Int("concurrency", daemon.DefaultConcurrency, "operations each daemon sends at once (the concurrency setting): bounds synced/s")
 	dir := fs.String("dir", "", "where to put the scratch data (default: the system's temporary directory); give a directory on the disk syncd's data directory is on")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: syncd bench [--clients 1,8,64] [--ops N] [--dir DIR]")
+		fmt.Fprintln(stderr, "usage: syncd bench [--clients 1,8,64] [--ops N] [--concurrency N] [--dir DIR]")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args, "bench"); err != nil {
@@ -50,16 +52,19 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *ops < 1 || *ops > maxBenchOps {
 		return fmt.Errorf("%w: bench: --ops %d: want 1 to %d", errUsage, *ops, maxBenchOps)
 	}
+	if *concurrency < 1 || *concurrency > maxBenchConcurrency {
+		return fmt.Errorf("%w: bench: --concurrency %d: want 1 to %d", errUsage, *concurrency, maxBenchConcurrency)
+	}
 	base, err := os.MkdirTemp(*dir, "syncd-bench-")
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	defer os.RemoveAll(base)
-	fmt.Fprintf(stdout, "syncd bench: %d creates per row through the local API, fsync on, synced to the embedded reference server; scratch data in %s (removed after)\n\n", *ops, base)
+	fmt.Fprintf(stdout, "syncd bench: %d creates per row through the local API, fsync on, synced to the embedded reference server, %d sends at once; scratch data in %s (removed after)\n\n", *ops, *concurrency, base)
 	const row = "%7s  %9s  %10s  %10s  %16s  %8s\n" // a row as it is measured
 	fmt.Fprintf(stdout, row, "clients", "creates/s", "create p50", "create p99", "all synced after", "synced/s")
 	for i, n := range clients {
-		r, err := benchRow(ctx, filepath.Join(base, fmt.Sprintf("row%d", i)), n, *ops, stderr)
+		r, err := benchRow(ctx, filepath.Join(base, fmt.Sprintf("row%d", i)), n, *ops, *concurrency, stderr)
 		if err != nil {
 			return fmt.Errorf("bench: %d clients: %w", n, err)
 		}
@@ -68,8 +73,12 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// maxBenchOps bounds --ops (a latency is kept per create).
-const maxBenchOps = 1_000_000
+// maxBenchOps bounds --ops (a latency is kept per create);
+// maxBenchConcurrency bounds --concurrency.
+const (
+	maxBenchOps         = 1_000_000
+	maxBenchConcurrency = 256
+)
 
 // benchSyncTimeout bounds the wait for a row's creates to be synced.
 const benchSyncTimeout = 10 * time.Minute
@@ -82,12 +91,13 @@ type benchResult struct {
 
 // benchRow runs one daemon in dataDir and makes ops creates through its
 // API from clients goroutines, then waits until the last one is synced.
-func benchRow(ctx context.Context, dataDir string, clients, ops int, stderr io.Writer) (benchResult, error) {
+func benchRow(ctx context.Context, dataDir string, clients, ops, concurrency int, stderr io.Writer) (benchResult, error) {
 	var r benchResult
 	rc, err := config.Scratch(dataDir)
 	if err != nil {
 		return r, err
 	}
+	rc.Concurrency = concurrency
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	addr, token, stopDaemon, err := startDaemon(ctx, rc, logger)
 	if err != nil {

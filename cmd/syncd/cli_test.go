@@ -446,8 +446,11 @@ func TestBench(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	var out, errOut bytes.Buffer
-	if err := run([]string{"bench", "--ops", "30", "--clients", "1,4", "--dir", dir}, &out, &errOut); err != nil {
+	if err := run([]string{"bench", "--ops", "30", "--clients", "1,4", "--concurrency", "2", "--dir", dir}, &out, &errOut); err != nil {
 		t.Fatalf("bench: %v\n%s", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "2 sends at once") {
+		t.Errorf("the header does not say --concurrency 2:\n%s", out.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 5 || !strings.HasPrefix(strings.TrimSpace(lines[2]), "clients  creates/s") {
@@ -467,7 +470,7 @@ func TestBench(t *testing.T) {
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Errorf("scratch data left in %s: %v", dir, left)
 	}
-	for _, args := range [][]string{{"bench", "--clients", "0"}, {"bench", "--clients", "x"}, {"bench", "--ops", "0"}, {"bench", "--ops", "1000001"}} {
+	for _, args := range [][]string{{"bench", "--clients", "0"}, {"bench", "--clients", "x"}, {"bench", "--ops", "0"}, {"bench", "--ops", "1000001"}, {"bench", "--concurrency", "0"}, {"bench", "--concurrency", "257"}} {
 		if err := run(args, &out, &errOut); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}

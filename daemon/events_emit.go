@@ -14,8 +14,9 @@ import (
 
 // EventQueueTotals reports the queue's counts per operation state after
 // they changed, at most once per TotalsConfig.Interval. Data is
-// {"counts":{"pending":n,...},"oldestPendingAgeSeconds":s}. It goes
-// through the change log like every event, so it has a seq.
+// TotalsData: {"counts":{"pending":n,...},"oldestPendingAgeSeconds":s},
+// and while an account is signed in its share, as GET /v1/status has it.
+// It goes through the change log like every event, so it has a seq.
 const EventQueueTotals = "queue.totals"
 
 // DefaultTotalsInterval is the least time between two queue.totals
@@ -24,7 +25,7 @@ const DefaultTotalsInterval = time.Second
 
 // TotalsStore is what Totals needs from the queue. *queue.Store is one.
 type TotalsStore interface {
-	Stats() (queue.Stats, error)
+	StatsFor(account string) (queue.Stats, error)
 	AppendEvent(ctx context.Context, e queue.Event) (queue.Event, error)
 }
 
@@ -39,10 +40,15 @@ type TotalsConfig struct {
 	Logger *slog.Logger
 }
 
-// TotalsData is the Data of a queue.totals event.
+// TotalsData is the Data of a queue.totals event. Counts and
+// OldestPendingAgeSeconds cover every account; the Account fields are the
+// signed-in account's share (absent when signed out).
 type TotalsData struct {
-	Counts                  map[queue.State]int `json:"counts"`
-	OldestPendingAgeSeconds float64             `json:"oldestPendingAgeSeconds"`
+	Counts                         map[queue.State]int `json:"counts"`
+	OldestPendingAgeSeconds        float64             `json:"oldestPendingAgeSeconds"`
+	AccountID                      string              `json:"accountId,omitempty"`
+	AccountCounts                  map[queue.State]int `json:"accountCounts,omitempty"`
+	AccountOldestPendingAgeSeconds float64             `json:"accountOldestPendingAgeSeconds,omitempty"`
 }
 
 // Totals appends queue.totals events. Chain Observe into the queue's
@@ -56,12 +62,15 @@ type Totals struct {
 	logger   *slog.Logger
 	kick     chan struct{} // buffered 1: an operation changed since the last pass
 
-	mu      sync.Mutex
-	store   TotalsStore
-	last    map[queue.State]int
-	state   int // lifeNew, lifeRunning, lifeStopped
-	cancel  context.CancelFunc
-	stopped chan struct{}
+	mu          sync.Mutex
+	store       TotalsStore
+	account     func() (string, bool) // the signed-in account; nil: none
+	last        map[queue.State]int
+	lastAccount string
+	lastShare   map[queue.State]int
+	state       int // lifeNew, lifeRunning, lifeStopped
+	cancel      context.CancelFunc
+	stopped     chan struct{}
 }
 
 // NewTotals returns a Totals; attach the store with SetStore.
@@ -83,7 +92,7 @@ func NewTotals(cfg TotalsConfig) *Totals {
 // already reported: a subscriber reads the starting totals from
 // GET /v1/status.
 func (t *Totals) SetStore(s TotalsStore) error {
-	st, err := s.Stats()
+	st, err := s.StatsFor("")
 	if err != nil {
 		return err
 	}
@@ -93,12 +102,21 @@ func (t *Totals) SetStore(s TotalsStore) error {
 	return nil
 }
 
+// SetAccount gives the signed-in account (Daemon.Account is one), whose
+// share of the counts the events carry from then on.
+func (t *Totals) SetAccount(account func() (string, bool)) {
+	t.mu.Lock()
+	t.account = account
+	t.mu.Unlock()
+	t.Observe([]queue.Event{{Type: EventSessionChanged}})
+}
+
 // Observe is chained into queue.Config.OnCommit: committed operation
 // events mean the counts may have changed.
 func (t *Totals) Observe(events []queue.Event) {
 	for _, e := range events {
 		switch e.Type {
-		case queue.EventOperationState, queue.EventOperationPurged, queue.EventAccountPurged:
+		case queue.EventOperationState, queue.EventOperationPurged, queue.EventAccountPurged, EventSessionChanged:
 			select {
 			case t.kick <- struct{}{}:
 			default:
@@ -108,25 +126,35 @@ func (t *Totals) Observe(events []queue.Event) {
 	}
 }
 
-// RunOnce appends a queue.totals event if the counts differ from the
-// last ones reported, and reports whether it did.
+// RunOnce appends a queue.totals event if the counts, or the signed-in
+// account or its share, differ from the last ones reported, and reports
+// whether it did.
 func (t *Totals) RunOnce(ctx context.Context) (bool, error) {
 	t.mu.Lock()
-	s, last := t.store, t.last
+	s, last, lastAccount, lastShare, accountOf := t.store, t.last, t.lastAccount, t.lastShare, t.account
 	t.mu.Unlock()
 	if s == nil {
 		return false, nil
 	}
-	st, err := s.Stats()
+	var account string
+	if accountOf != nil {
+		account, _ = accountOf()
+	}
+	st, err := s.StatsFor(account)
 	if err != nil {
 		return false, err
 	}
-	if maps.Equal(st.Counts, last) {
+	var share map[queue.State]int
+	if st.Account != nil {
+		share = st.Account.Counts
+	}
+	if maps.Equal(st.Counts, last) && account == lastAccount && maps.Equal(share, lastShare) {
 		return false, nil
 	}
-	d := TotalsData{Counts: st.Counts}
-	if !st.OldestPending.IsZero() {
-		d.OldestPendingAgeSeconds = max(0, t.now().Sub(st.OldestPending).Seconds())
+	d := TotalsData{Counts: st.Counts, OldestPendingAgeSeconds: t.age(st.OldestPending)}
+	if st.Account != nil {
+		d.AccountID, d.AccountCounts = account, share
+		d.AccountOldestPendingAgeSeconds = t.age(st.Account.OldestPending)
 	}
 	data, err := json.Marshal(d)
 	if err != nil {
@@ -136,9 +164,17 @@ func (t *Totals) RunOnce(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	t.mu.Lock()
-	t.last = st.Counts
+	t.last, t.lastAccount, t.lastShare = st.Counts, account, share
 	t.mu.Unlock()
 	return true, nil
+}
+
+// age is how long ago at was in seconds; 0 for the zero time.
+func (t *Totals) age(at time.Time) float64 {
+	if at.IsZero() {
+		return 0
+	}
+	return max(0, t.now().Sub(at).Seconds())
 }
 
 // Start runs the loop until Stop or until ctx ends. A second Start is a

@@ -74,3 +74,59 @@ func TestTotals(t *testing.T) {
 	totals.Stop()
 	totals.Stop()
 }
+
+// While an account is signed in, queue.totals carries its share beside
+// the totals, and a change of account is reported even when no count
+// changed.
+func TestTotalsAccountShare(t *testing.T) {
+	t.Parallel()
+	totals := NewTotals(TotalsConfig{Interval: time.Millisecond, Logger: testLogger(t)})
+	s, err := queue.Open(filepath.Join(t.TempDir(), "syncd.db"), queue.Config{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := totals.SetStore(s); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	writeNotes(t, s, 0, 2) // account a's
+	account := "a"
+	totals.SetAccount(func() (string, bool) { return account, account != "" })
+	last := func() TotalsData {
+		t.Helper()
+		events, _, err := s.Events(0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := events[len(events)-1]
+		var d TotalsData
+		if err := json.Unmarshal(e.Data, &d); err != nil || e.Type != EventQueueTotals {
+			t.Fatalf("last event %+v: %v", e, err)
+		}
+		return d
+	}
+	if ok, err := totals.RunOnce(ctx); !ok || err != nil {
+		t.Fatalf("RunOnce: %v, %v", ok, err)
+	}
+	if d := last(); d.AccountID != "a" || d.AccountCounts[queue.StatePending] != 2 || d.Counts[queue.StatePending] != 2 {
+		t.Fatalf("a's totals: %+v", d)
+	}
+	account = "bob" // signed in as bob: a's two are not his
+	if ok, err := totals.RunOnce(ctx); !ok || err != nil {
+		t.Fatalf("RunOnce after the account changed: %v, %v", ok, err)
+	}
+	if d := last(); d.AccountID != "bob" || d.AccountCounts[queue.StatePending] != 0 || d.Counts[queue.StatePending] != 2 || d.AccountOldestPendingAgeSeconds != 0 {
+		t.Fatalf("bob's totals: %+v", d)
+	}
+	if ok, _ := totals.RunOnce(ctx); ok {
+		t.Fatal("RunOnce with nothing changed appended an event")
+	}
+	account = "" // signed out: no share
+	if ok, err := totals.RunOnce(ctx); !ok || err != nil {
+		t.Fatalf("RunOnce after sign-out: %v, %v", ok, err)
+	}
+	if d := last(); d.AccountID != "" || d.AccountCounts != nil {
+		t.Fatalf("signed-out totals: %+v", d)
+	}
+}

@@ -140,6 +140,8 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
+	// queue.totals carries the signed-in account's share too.
+	totals.SetAccount(d.Account)
 	// Not ctx itself: a signal must not cut sends short; stopDaemon
 	// gives them daemonStopTimeout.
 	if err := d.Start(context.WithoutCancel(ctx)); err != nil {

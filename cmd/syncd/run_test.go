@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/syncd/syncd/config"
+	"github.com/syncd/syncd/daemon"
+	"github.com/syncd/syncd/localapi/client"
 )
 
 // binDir holds the binary syncdBinary built; TestMain removes it.
@@ -238,6 +241,52 @@ func TestRunAllowedHosts(t *testing.T) {
 		res.Body.Close()
 		if res.StatusCode != want {
 			t.Errorf("Host %s: %d, want %d", host, res.StatusCode, want)
+		}
+	}
+}
+
+// syncd run hands the signed-in account to the queue totals: the
+// queue.totals events carry its share.
+func TestRunTotalsCarryAccount(t *testing.T) {
+	t.Parallel()
+	rc, err := config.Scratch(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, token, stop, err := startDaemon(t.Context(), rc, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	c, err := client.New(client.Config{Addr: addr, Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	sub, err := c.Subscribe(ctx, client.SubscribeOptions{Types: []string{daemon.EventQueueTotals}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := c.SetSession(ctx, "alice", "alice.1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create(ctx, "note", "n1", map[string]any{"v": 1}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		e, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d daemon.TotalsData
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.AccountID == "alice" && d.AccountCounts != nil {
+			return
 		}
 	}
 }

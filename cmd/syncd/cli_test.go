@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd/syncd/localapi/client"
 	"github.com/syncd/syncd/localapi/localapitest"
 	"github.com/syncd/syncd/queue"
 )
@@ -473,6 +474,24 @@ func TestBench(t *testing.T) {
 	for _, args := range [][]string{{"bench", "--clients", "0"}, {"bench", "--clients", "x"}, {"bench", "--ops", "0"}, {"bench", "--ops", "1000001"}, {"bench", "--concurrency", "0"}, {"bench", "--concurrency", "257"}} {
 		if err := run(args, &out, &errOut); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+}
+
+// A queue.totals line shows the signed-in account's counts, as syncd
+// status does, and counts what other accounts left unsent.
+func TestEventLineTotals(t *testing.T) {
+	line := func(data string) string {
+		return eventLine(client.Event{Seq: 9, Type: "queue.totals", Data: json.RawMessage(data)})
+	}
+	all := `"counts":{"pending":3,"permanent_failed":1,"done":5}`
+	if got := line(`{` + all + `}`); !strings.Contains(got, "pending 3, sending 0, retry_waiting 0, permanent_failed 1, done 5") || strings.Contains(got, "account=") {
+		t.Errorf("signed out: %q", got)
+	}
+	got := line(`{` + all + `,"accountId":"bob","accountCounts":{"pending":1,"done":2}}`)
+	for _, want := range []string{"pending 1, sending 0, retry_waiting 0, permanent_failed 0, done 2", "account=bob", "other_accounts_unsent=3"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("signed in: %q lacks %q", got, want)
 		}
 	}
 }

@@ -100,15 +100,29 @@ func eventLine(e client.Event) string {
 		return s
 	case e.Type == "queue.totals":
 		var d struct {
-			Counts                  map[string]int `json:"counts"`
-			OldestPendingAgeSeconds float64        `json:"oldestPendingAgeSeconds"`
+			Counts        map[string]int `json:"counts"`
+			AccountID     string         `json:"accountId"`
+			AccountCounts map[string]int `json:"accountCounts"`
 		}
 		if json.Unmarshal(e.Data, &d) == nil {
+			// As syncd status: the signed-in account's queue, and what
+			// other accounts left queued only counted.
+			counts := d.Counts
+			if d.AccountCounts != nil {
+				counts = d.AccountCounts
+			}
 			var parts []string
 			for _, st := range []string{"pending", "sending", "retry_waiting", "permanent_failed", "done"} {
-				parts = append(parts, fmt.Sprintf("%s %d", st, d.Counts[st]))
+				parts = append(parts, fmt.Sprintf("%s %d", st, counts[st]))
 			}
-			return head + " " + strings.Join(parts, ", ")
+			s := head + " " + strings.Join(parts, ", ")
+			if d.AccountCounts != nil {
+				s += " account=" + d.AccountID
+			}
+			if others := unfinished(d.Counts) - unfinished(counts); others > 0 {
+				s += fmt.Sprintf(" other_accounts_unsent=%d", others)
+			}
+			return s
 		}
 	case e.Type == "connectivity.changed":
 		var d struct{ Online bool }

@@ -894,3 +894,27 @@ func TestReplayedRefusalDeclines(t *testing.T) {
 	e.wantState(c.Operation.ID, queue.StateDone)
 	jsonEq(t, e.oneRecord("n1").Data, `{}`)
 }
+
+// Discarding an update the server refused brings the entity back to the
+// data the server holds, so "synced" tells the truth.
+func TestDiscardUpdateRevertsToSynced(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	c := e.create("n1", `{"v":1}`)
+	e.drain()
+	u := e.update("n1", `{"v":2,"invalid":true}`)
+	e.drain()
+	e.wantState(u.Operation.ID, queue.StatePermanentFailed)
+	if ent := e.entity("n1"); ent.SyncedOperationID != c.Operation.ID {
+		t.Fatalf("syncedOperationId %q, want the create %q", ent.SyncedOperationID, c.Operation.ID)
+	}
+	if err := e.store.Discard(context.Background(), u.Operation.ID); err != nil {
+		t.Fatal(err)
+	}
+	ent := e.entity("n1")
+	if ent.SyncState != queue.SyncSynced {
+		t.Fatalf("entity %s after the discard", ent.SyncState)
+	}
+	jsonEq(t, ent.Data, `{"v":1}`)
+	jsonEq(t, e.oneRecord("n1").Data, `{"v":1}`)
+}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -140,13 +141,19 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 	if err := tx.put(tx.b(bucketDone), timeSeqKey(op.CompletedAt, op.Seq), nil); err != nil {
 		return nil, err
 	}
-	if c.ServerID != "" {
-		e, err := tx.loadEntity(op.AccountID, op.EntityType, op.EntityID)
-		if err != nil {
-			return nil, err
+	e, err := tx.loadEntity(op.AccountID, op.EntityType, op.EntityID)
+	if err != nil {
+		return nil, err
+	}
+	if e != nil {
+		changed := false
+		if c.ServerID != "" && e.ServerID != c.ServerID {
+			e.ServerID, changed = c.ServerID, true
 		}
-		if e != nil && e.ServerID != c.ServerID {
-			e.ServerID = c.ServerID
+		if op.Type != OpDelete && e.SyncedOperationID != op.ID {
+			e.SyncedOperationID, changed = op.ID, true
+		}
+		if changed {
 			if err := tx.saveEntity(e); err != nil {
 				return nil, err
 			}
@@ -343,9 +350,9 @@ func (tx *txw) userRetry(op *Operation) error {
 // local entity and every later operation of it, since none of them can
 // reach a server that never got the entity; but if the app deleted the
 // entity and created it again under the same id, the new create and what
-// follows it stay, and so does the entity. Discarding an update leaves
-// the local data as it is (it may then differ from the server's until
-// the next update); discarding a delete brings the entity back.
+// follows it stay, and so does the entity. Discarding an update brings
+// the data back to the server's (revertToSynced) when it can; discarding
+// a delete brings the entity back.
 func (s *Store) Discard(ctx context.Context, id string) error {
 	return s.update(ctx, func(tx *txw) error {
 		op, err := tx.loadOp(id)
@@ -397,9 +404,42 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 			if err := tx.saveEntity(e); err != nil {
 				return err
 			}
+		case op.Type == OpUpdate:
+			if err := tx.revertToSynced(e); err != nil {
+				return err
+			}
 		}
 		return tx.reconcileEntity(op.AccountID, op.EntityType, op.EntityID)
 	})
+}
+
+// revertToSynced is part of discarding a failed update of e: when nothing
+// else of e is queued, its data goes back to what the server holds, the
+// payload of its last synced operation, if that is still kept. (With
+// updates queued behind, the discarded change is in their data too, and
+// the entity stays as it is.)
+func (tx *txw) revertToSynced(e *Entity) error {
+	if e.SyncedOperationID == "" {
+		return nil
+	}
+	head, err := tx.partitionHead(e.AccountID, e.Type, e.ID)
+	if err != nil || head != nil {
+		return err
+	}
+	synced, err := tx.loadOp(e.SyncedOperationID)
+	if errors.Is(err, ErrOperationNotFound) || err == nil && len(synced.Payload) == 0 {
+		return nil // swept: the local data stays
+	}
+	if err != nil {
+		return err
+	}
+	e.Data = synced.Payload
+	e.Version++
+	e.UpdatedAt = tx.now
+	if err := tx.saveEntity(e); err != nil {
+		return err
+	}
+	return tx.entityEvent(e, EventEntityChanged)
 }
 
 // createBecomesUpdate is part of discarding the delete del: if the server

@@ -50,6 +50,11 @@ type Entity struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 	// LastOperationID is the operation made by the latest write.
 	LastOperationID string `json:"lastOperationId"`
+	// SyncedOperationID is the last create or update of the entity that
+	// the server applied: while that operation is kept (the done
+	// retention), its payload is the data the server holds. Discarding a
+	// failed update brings the entity back to it.
+	SyncedOperationID string `json:"syncedOperationId,omitempty"`
 }
 
 // Operation is one user intent waiting to reach (or having reached) the

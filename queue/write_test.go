@@ -472,3 +472,70 @@ func TestDiscardKeepsRecreate(t *testing.T) {
 		t.Errorf("claim after the discard: %s, %v; want the new create", op.ID, err)
 	}
 }
+
+// Discarding a failed update goes back to the synced data only when
+// nothing else of the entity is queued and the synced operation is still
+// kept; otherwise the local data stays.
+func TestDiscardUpdateRevert(t *testing.T) {
+	t.Parallel()
+	s, clock := setup(t, Config{NoSync: true, DoneRetention: time.Hour})
+	ctx := context.Background()
+	sendNext := func(fail bool) Operation {
+		t.Helper()
+		op, err := s.Claim(ctx, "acct", "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fail {
+			err = s.Decline(ctx, op.ID, "w", "validation", "bad")
+		} else {
+			_, err = s.Complete(ctx, op.ID, "w", Completion{ServerID: "srv-" + op.EntityID})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return op
+	}
+	data := func(id string) string {
+		t.Helper()
+		e, err := s.EntityRow("acct", "note", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(e.Data)
+	}
+
+	// An update queued behind the failed one carries its change: no revert.
+	create(t, s, "a", `{"v":1}`)
+	sendNext(false)
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "a", Data: json.RawMessage(`{"v":2}`)})
+	failed := sendNext(true)
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "a", Data: json.RawMessage(`{"w":3}`)})
+	// (the update renewed the declined head; fail it again)
+	failed = sendNext(true)
+	if err := s.Discard(ctx, failed.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := data("a"); got != `{"v":2,"w":3}` {
+		t.Errorf("a after the discard with an update behind: %s", got)
+	}
+
+	// The synced create was swept: nothing to go back to.
+	create(t, s, "b", `{"v":1}`)
+	for {
+		if op := sendNext(false); op.EntityID == "b" {
+			break
+		}
+	}
+	clock.Advance(2 * time.Hour)
+	if _, _, err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "b", Data: json.RawMessage(`{"v":2}`)})
+	if err := s.Discard(ctx, sendNext(true).ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := data("b"); got != `{"v":2}` {
+		t.Errorf("b after the discard with its synced op swept: %s", got)
+	}
+}

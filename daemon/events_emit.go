@@ -90,7 +90,8 @@ func NewTotals(cfg TotalsConfig) *Totals {
 
 // SetStore attaches the queue and takes its current counts as the ones
 // already reported: a subscriber reads the starting totals from
-// GET /v1/status.
+// GET /v1/status. (SetAccount then reports the signed-in account's share
+// once.)
 func (t *Totals) SetStore(s TotalsStore) error {
 	st, err := s.StatsFor("")
 	if err != nil {
@@ -116,7 +117,7 @@ func (t *Totals) SetAccount(account func() (string, bool)) {
 func (t *Totals) Observe(events []queue.Event) {
 	for _, e := range events {
 		switch e.Type {
-		case queue.EventOperationState, queue.EventOperationPurged, queue.EventAccountPurged, EventSessionChanged:
+		case queue.EventOperationState, queue.EventOperationPurged, queue.EventAccountPurged, EventSessionChanged, EventSessionLoggedOut:
 			select {
 			case t.kick <- struct{}{}:
 			default:

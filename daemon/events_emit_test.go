@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,5 +129,74 @@ func TestTotalsAccountShare(t *testing.T) {
 	}
 	if d := last(); d.AccountID != "" || d.AccountCounts != nil {
 		t.Fatalf("signed-out totals: %+v", d)
+	}
+}
+
+// A logout with the keep policy changes no count, but the account's
+// share goes: the loop reports it.
+func TestTotalsReportLogout(t *testing.T) {
+	t.Parallel()
+	totals := NewTotals(TotalsConfig{Interval: time.Millisecond, Logger: testLogger(t)})
+	bus := NewBus(BusConfig{})
+	s, err := queue.Open(filepath.Join(t.TempDir(), "syncd.db"), queue.Config{NoSync: true, OnCommit: func(es []queue.Event) {
+		bus.Publish(es)
+		totals.Observe(es)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		totals.Stop()
+		bus.Close()
+		s.Close()
+	})
+	if err := bus.SetSource(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := totals.SetStore(s); err != nil {
+		t.Fatal(err)
+	}
+	writeNotes(t, s, 0, 1)
+	sub, err := bus.Subscribe(bus.LastSeq(), Filter{Types: []string{EventQueueTotals}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	var signedIn atomic.Bool
+	signedIn.Store(true)
+	totals.SetAccount(func() (string, bool) {
+		if signedIn.Load() {
+			return "a", true
+		}
+		return "", false
+	})
+	totals.Start(context.Background())
+	next := func() TotalsData {
+		t.Helper()
+		select {
+		case e, ok := <-sub.C():
+			if !ok {
+				t.Fatal("subscription closed")
+			}
+			var d TotalsData
+			if err := json.Unmarshal(e.Data, &d); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		case <-time.After(10 * time.Second):
+			t.Fatal("no queue.totals event")
+		}
+		return TotalsData{}
+	}
+	if d := next(); d.AccountID != "a" {
+		t.Fatalf("after SetAccount: %+v", d)
+	}
+	signedIn.Store(false)
+	// What Logout appends (keep policy: no operation changes).
+	if _, err := s.AppendEvent(context.Background(), queue.Event{Type: EventSessionLoggedOut, AccountID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := next(); d.AccountID != "" || d.AccountCounts != nil || d.Counts[queue.StatePending] != 1 {
+		t.Fatalf("after the logout: %+v", d)
 	}
 }

@@ -150,8 +150,14 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 		if c.ServerID != "" && e.ServerID != c.ServerID {
 			e.ServerID, changed = c.ServerID, true
 		}
-		if op.Type != OpDelete && e.SyncedOperationID != op.ID {
-			e.SyncedOperationID, changed = op.ID, true
+		// The server now holds this op's data; after a delete, no data of
+		// the entity (a create made again behind it sets it anew).
+		synced := op.ID
+		if op.Type == OpDelete {
+			synced = ""
+		}
+		if e.SyncedOperationID != synced {
+			e.SyncedOperationID, changed = synced, true
 		}
 		if changed {
 			if err := tx.saveEntity(e); err != nil {
@@ -393,6 +399,14 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 				return err
 			}
 		}
+		if op.Type != OpCreate && !op.Declined && e.SyncedOperationID != "" {
+			// Not refused: the server may hold this op's effect, and what
+			// it holds is no longer known.
+			e.SyncedOperationID = ""
+			if err := tx.saveEntity(e); err != nil {
+				return err
+			}
+		}
 		switch {
 		case op.Type == OpCreate && !recreated:
 			if err := tx.del(tx.b(bucketEntities), entityKey(e.AccountID, e.Type, e.ID)); err != nil {
@@ -404,7 +418,7 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 			if err := tx.saveEntity(e); err != nil {
 				return err
 			}
-		case op.Type == OpUpdate:
+		case op.Type == OpUpdate && op.Declined:
 			if err := tx.revertToSynced(e); err != nil {
 				return err
 			}
@@ -413,11 +427,12 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 	})
 }
 
-// revertToSynced is part of discarding a failed update of e: when nothing
-// else of e is queued, its data goes back to what the server holds, the
-// payload of its last synced operation, if that is still kept. (With
-// updates queued behind, the discarded change is in their data too, and
-// the entity stays as it is.)
+// revertToSynced is part of discarding an update of e that the server
+// declined: when nothing else of e is queued, its data goes back to what
+// the server holds, the payload of its last synced operation, if that is
+// still kept. (With updates queued behind, the discarded change is in
+// their data too, and the entity stays as it is.) The caller reconciles
+// the entity, which reports the change.
 func (tx *txw) revertToSynced(e *Entity) error {
 	if e.SyncedOperationID == "" {
 		return nil
@@ -427,19 +442,22 @@ func (tx *txw) revertToSynced(e *Entity) error {
 		return err
 	}
 	synced, err := tx.loadOp(e.SyncedOperationID)
-	if errors.Is(err, ErrOperationNotFound) || err == nil && len(synced.Payload) == 0 {
+	if errors.Is(err, ErrOperationNotFound) {
 		return nil // swept: the local data stays
 	}
 	if err != nil {
 		return err
 	}
+	// Swept, and the id taken again by another write (an app may reuse
+	// an Idempotency-Key once its operation is gone): not this entity's.
+	if synced.State != StateDone || synced.Type == OpDelete || synced.AccountID != e.AccountID ||
+		synced.EntityType != e.Type || synced.EntityID != e.ID || len(synced.Payload) == 0 {
+		return nil
+	}
 	e.Data = synced.Payload
 	e.Version++
 	e.UpdatedAt = tx.now
-	if err := tx.saveEntity(e); err != nil {
-		return err
-	}
-	return tx.entityEvent(e, EventEntityChanged)
+	return tx.saveEntity(e)
 }
 
 // createBecomesUpdate is part of discarding the delete del: if the server

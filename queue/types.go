@@ -43,8 +43,9 @@ type Entity struct {
 	SyncState SyncState `json:"syncState"`
 	ServerID  string    `json:"serverId,omitempty"`
 	SyncError string    `json:"syncError,omitempty"`
-	// Version counts the local writes to this entity, starting at 1. It is
-	// the payload version of the operation that made it.
+	// Version counts the local changes to this entity, starting at 1:
+	// the app's writes, and the revert when a refused update is discarded.
+	// It is the payload version of the operation a write made.
 	Version   int64     `json:"version"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
@@ -52,8 +53,10 @@ type Entity struct {
 	LastOperationID string `json:"lastOperationId"`
 	// SyncedOperationID is the last create or update of the entity that
 	// the server applied: while that operation is kept (the done
-	// retention), its payload is the data the server holds. Discarding a
-	// failed update brings the entity back to it.
+	// retention), its payload is the data the server holds. Discarding an
+	// update the server refused brings the entity back to it. Empty when
+	// what the server holds is not known: after a delete went, or after a
+	// discarded operation that the server may have applied.
 	SyncedOperationID string `json:"syncedOperationId,omitempty"`
 }
 

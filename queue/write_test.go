@@ -539,3 +539,84 @@ func TestDiscardUpdateRevert(t *testing.T) {
 		t.Errorf("b after the discard with its synced op swept: %s", got)
 	}
 }
+
+// A discard reverts only an update the server refused, and only to this
+// entity's own synced data: not after an update that may have been
+// applied, not to an operation that took a swept operation's id.
+func TestDiscardRevertOnlyWhenKnown(t *testing.T) {
+	t.Parallel()
+	s, clock := setup(t, Config{NoSync: true, DoneRetention: time.Hour})
+	ctx := context.Background()
+	next := func() Operation {
+		t.Helper()
+		op, err := s.Claim(ctx, "acct", "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return op
+	}
+	complete := func() {
+		t.Helper()
+		if _, err := s.Complete(ctx, next().ID, "w", Completion{ServerID: "srv"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := func(id string) string {
+		t.Helper()
+		e, err := s.EntityRow("acct", "note", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(e.Data)
+	}
+
+	// An update that may have been applied (a 2xx the daemon could not
+	// take, then given up): its discard keeps the data, and a later
+	// refused update's discard no longer reverts past it.
+	create(t, s, "a", `{"v":1}`)
+	complete()
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "a", Data: json.RawMessage(`{"v":2}`)})
+	op := next()
+	if err := s.Fail(ctx, op.ID, "w", "invalid_response", "no id", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Discard(ctx, op.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := data("a"); got != `{"v":2}` {
+		t.Errorf("a after discarding a maybe applied update: %s", got)
+	}
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "a", Data: json.RawMessage(`{"v":3}`)})
+	op = next()
+	if err := s.Decline(ctx, op.ID, "w", "validation", "bad"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Discard(ctx, op.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := data("a"); got != `{"v":3}` {
+		t.Errorf("a reverted past an update the server may hold: %s", got)
+	}
+
+	// b synced under key K; K swept, then taken by c's create: b's
+	// refused update is not reverted to c's data.
+	mustApply(t, s, Write{Op: OpCreate, EntityID: "b", OperationID: "K", Data: json.RawMessage(`{"b":1}`)})
+	complete()
+	clock.Advance(2 * time.Hour)
+	if _, _, err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, s, Write{Op: OpCreate, EntityID: "c", OperationID: "K", Data: json.RawMessage(`{"secret":"c"}`)})
+	complete()
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "b", Data: json.RawMessage(`{"b":2}`)})
+	op = next()
+	if err := s.Decline(ctx, op.ID, "w", "validation", "bad"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Discard(ctx, op.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := data("b"); got != `{"b":2}` {
+		t.Errorf("b after its synced op's id was taken by c: %s", got)
+	}
+}

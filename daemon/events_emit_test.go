@@ -15,26 +15,7 @@ import (
 // from the change log, and the loop coalesces bursts of writes.
 func TestTotals(t *testing.T) {
 	t.Parallel()
-	totals := NewTotals(TotalsConfig{Interval: time.Millisecond, Logger: testLogger(t)})
-	bus := NewBus(BusConfig{})
-	s, err := queue.Open(filepath.Join(t.TempDir(), "syncd.db"), queue.Config{NoSync: true, OnCommit: func(es []queue.Event) {
-		bus.Publish(es)
-		totals.Observe(es)
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		totals.Stop()
-		bus.Close()
-		s.Close()
-	})
-	if err := bus.SetSource(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := totals.SetStore(s); err != nil {
-		t.Fatal(err)
-	}
+	totals, bus, s := startTotals(t)
 	ctx := context.Background()
 	if ok, err := totals.RunOnce(ctx); ok || err != nil {
 		t.Fatalf("RunOnce with nothing changed: %v, %v", ok, err)
@@ -136,26 +117,7 @@ func TestTotalsAccountShare(t *testing.T) {
 // share goes: the loop reports it.
 func TestTotalsReportLogout(t *testing.T) {
 	t.Parallel()
-	totals := NewTotals(TotalsConfig{Interval: time.Millisecond, Logger: testLogger(t)})
-	bus := NewBus(BusConfig{})
-	s, err := queue.Open(filepath.Join(t.TempDir(), "syncd.db"), queue.Config{NoSync: true, OnCommit: func(es []queue.Event) {
-		bus.Publish(es)
-		totals.Observe(es)
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		totals.Stop()
-		bus.Close()
-		s.Close()
-	})
-	if err := bus.SetSource(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := totals.SetStore(s); err != nil {
-		t.Fatal(err)
-	}
+	totals, bus, s := startTotals(t)
 	writeNotes(t, s, 0, 1)
 	sub, err := bus.Subscribe(bus.LastSeq(), Filter{Types: []string{EventQueueTotals}})
 	if err != nil {
@@ -199,4 +161,30 @@ func TestTotalsReportLogout(t *testing.T) {
 	if d := next(); d.AccountID != "" || d.AccountCounts != nil || d.Counts[queue.StatePending] != 1 {
 		t.Fatalf("after the logout: %+v", d)
 	}
+}
+
+// startTotals wires a Totals and a Bus to a new store, as syncd run does.
+func startTotals(t *testing.T) (*Totals, *Bus, *queue.Store) {
+	t.Helper()
+	totals := NewTotals(TotalsConfig{Interval: time.Millisecond, Logger: testLogger(t)})
+	bus := NewBus(BusConfig{})
+	s, err := queue.Open(filepath.Join(t.TempDir(), "syncd.db"), queue.Config{NoSync: true, OnCommit: func(es []queue.Event) {
+		bus.Publish(es)
+		totals.Observe(es)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		totals.Stop()
+		bus.Close()
+		s.Close()
+	})
+	if err := bus.SetSource(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := totals.SetStore(s); err != nil {
+		t.Fatal(err)
+	}
+	return totals, bus, s
 }

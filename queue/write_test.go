@@ -496,14 +496,6 @@ func TestDiscardUpdateRevert(t *testing.T) {
 		}
 		return op
 	}
-	data := func(id string) string {
-		t.Helper()
-		e, err := s.EntityRow("acct", "note", id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(e.Data)
-	}
 
 	// An update queued behind the failed one carries its change: no revert.
 	create(t, s, "a", `{"v":1}`)
@@ -516,7 +508,7 @@ func TestDiscardUpdateRevert(t *testing.T) {
 	if err := s.Discard(ctx, failed.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := data("a"); got != `{"v":2,"w":3}` {
+	if got := entityData(t, s, "a"); got != `{"v":2,"w":3}` {
 		t.Errorf("a after the discard with an update behind: %s", got)
 	}
 
@@ -535,7 +527,7 @@ func TestDiscardUpdateRevert(t *testing.T) {
 	if err := s.Discard(ctx, sendNext(true).ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := data("b"); got != `{"v":2}` {
+	if got := entityData(t, s, "b"); got != `{"v":2}` {
 		t.Errorf("b after the discard with its synced op swept: %s", got)
 	}
 }
@@ -561,14 +553,6 @@ func TestDiscardRevertOnlyWhenKnown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	data := func(id string) string {
-		t.Helper()
-		e, err := s.EntityRow("acct", "note", id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(e.Data)
-	}
 
 	// An update that may have been applied (a 2xx the daemon could not
 	// take, then given up): its discard keeps the data, and a later
@@ -583,7 +567,7 @@ func TestDiscardRevertOnlyWhenKnown(t *testing.T) {
 	if err := s.Discard(ctx, op.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := data("a"); got != `{"v":2}` {
+	if got := entityData(t, s, "a"); got != `{"v":2}` {
 		t.Errorf("a after discarding a maybe applied update: %s", got)
 	}
 	mustApply(t, s, Write{Op: OpUpdate, EntityID: "a", Data: json.RawMessage(`{"v":3}`)})
@@ -594,7 +578,7 @@ func TestDiscardRevertOnlyWhenKnown(t *testing.T) {
 	if err := s.Discard(ctx, op.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := data("a"); got != `{"v":3}` {
+	if got := entityData(t, s, "a"); got != `{"v":3}` {
 		t.Errorf("a reverted past an update the server may hold: %s", got)
 	}
 
@@ -616,7 +600,17 @@ func TestDiscardRevertOnlyWhenKnown(t *testing.T) {
 	if err := s.Discard(ctx, op.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := data("b"); got != `{"b":2}` {
+	if got := entityData(t, s, "b"); got != `{"b":2}` {
 		t.Errorf("b after its synced op's id was taken by c: %s", got)
 	}
+}
+
+// entityData is the stored data of acct's note id.
+func entityData(t *testing.T, s *Store, id string) string {
+	t.Helper()
+	e, err := s.EntityRow("acct", "note", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(e.Data)
 }

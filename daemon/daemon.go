@@ -299,19 +299,20 @@ func (d *Daemon) Status(ctx context.Context) (Status, error) {
 		return Status{}, err
 	}
 	s.Counts, s.FileSizeBytes, s.FreeBytes = st.Counts, st.FileSize, st.FreeBytes
-	s.OldestPendingAgeSecond = d.age(st.OldestPending)
+	s.OldestPendingAgeSecond = ageSeconds(d.now(), st.OldestPending)
 	if st.Account != nil {
-		s.AccountCounts, s.AccountOldestPendingAgeSecond = st.Account.Counts, d.age(st.Account.OldestPending)
+		s.AccountCounts, s.AccountOldestPendingAgeSecond = st.Account.Counts, ageSeconds(d.now(), st.Account.OldestPending)
 	}
 	return s, nil
 }
 
-// age is how long ago t was in seconds; 0 for the zero time.
-func (d *Daemon) age(t time.Time) float64 {
+// ageSeconds is how long before now t was, in seconds; 0 for the zero
+// time (none).
+func ageSeconds(now, t time.Time) float64 {
 	if t.IsZero() {
 		return 0
 	}
-	return max(0, d.now().Sub(t).Seconds())
+	return max(0, now.Sub(t).Seconds())
 }
 
 // Online reports whether the last contact with the remote got an answer.

@@ -152,10 +152,10 @@ func (t *Totals) RunOnce(ctx context.Context) (bool, error) {
 	if maps.Equal(st.Counts, last) && account == lastAccount && maps.Equal(share, lastShare) {
 		return false, nil
 	}
-	d := TotalsData{Counts: st.Counts, OldestPendingAgeSeconds: t.age(st.OldestPending)}
+	d := TotalsData{Counts: st.Counts, OldestPendingAgeSeconds: ageSeconds(t.now(), st.OldestPending)}
 	if st.Account != nil {
 		d.AccountID, d.AccountCounts = account, share
-		d.AccountOldestPendingAgeSeconds = t.age(st.Account.OldestPending)
+		d.AccountOldestPendingAgeSeconds = ageSeconds(t.now(), st.Account.OldestPending)
 	}
 	data, err := json.Marshal(d)
 	if err != nil {
@@ -168,14 +168,6 @@ func (t *Totals) RunOnce(ctx context.Context) (bool, error) {
 	t.last, t.lastAccount, t.lastShare = st.Counts, account, share
 	t.mu.Unlock()
 	return true, nil
-}
-
-// age is how long ago at was in seconds; 0 for the zero time.
-func (t *Totals) age(at time.Time) float64 {
-	if at.IsZero() {
-		return 0
-	}
-	return max(0, t.now().Sub(at).Seconds())
 }
 
 // Start runs the loop until Stop or until ctx ends. A second Start is a

@@ -82,11 +82,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range queue.States {
 		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(st.Counts[s]), string(s))
 	}
-	age := 0.0
-	if !st.OldestPending.IsZero() {
-		age = max(0, c.d.now().Sub(st.OldestPending).Seconds())
-	}
-	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age)
+	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, ageSeconds(c.d.now(), st.OldestPending))
 }
 
 // Registry returns the registry holding the daemon's metrics.

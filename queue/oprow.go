@@ -207,12 +207,19 @@ func (w *txw) reconcileEntity(account, entityType, entityID string) error {
 	if err != nil || e == nil {
 		return err
 	}
-	head, err := w.partitionHead(account, entityType, entityID)
+	return w.reconcile(e, false)
+}
+
+// reconcile is reconcileEntity for an entity already loaded; dirty says
+// that the caller changed e and it must be saved even if its sync state
+// stays.
+func (w *txw) reconcile(e *Entity, dirty bool) error {
+	head, err := w.partitionHead(e.AccountID, e.Type, e.ID)
 	if err != nil {
 		return err
 	}
 	if head == nil && e.Deleted {
-		if err := w.del(w.b(bucketEntities), entityKey(account, entityType, entityID)); err != nil {
+		if err := w.del(w.b(bucketEntities), entityKey(e.AccountID, e.Type, e.ID)); err != nil {
 			return err
 		}
 		return w.entityEvent(e, EventEntityRemoved)
@@ -226,6 +233,9 @@ func (w *txw) reconcileEntity(account, entityType, entityID string) error {
 		syncErr = readableError(head)
 	}
 	if e.SyncState == state && e.SyncError == syncErr {
+		if dirty {
+			return w.saveEntity(e)
+		}
 		return nil
 	}
 	e.SyncState, e.SyncError = state, syncErr

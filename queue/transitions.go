@@ -145,27 +145,24 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 	if err != nil {
 		return nil, err
 	}
-	if e != nil {
-		changed := false
-		if c.ServerID != "" && e.ServerID != c.ServerID {
-			e.ServerID, changed = c.ServerID, true
-		}
-		// The server now holds this op's data; after a delete, no data of
-		// the entity (a create made again behind it sets it anew).
-		synced := op.ID
-		if op.Type == OpDelete {
-			synced = ""
-		}
-		if e.SyncedOperationID != synced {
-			e.SyncedOperationID, changed = synced, true
-		}
-		if changed {
-			if err := tx.saveEntity(e); err != nil {
-				return nil, err
-			}
-		}
+	if e == nil {
+		return op, nil
 	}
-	return op, tx.reconcileEntity(op.AccountID, op.EntityType, op.EntityID)
+	changed := false
+	if c.ServerID != "" && e.ServerID != c.ServerID {
+		e.ServerID, changed = c.ServerID, true
+	}
+	// The server now holds this op's data; after a delete, no data of the
+	// entity (a create made again behind it sets it anew).
+	synced := op.ID
+	if op.Type == OpDelete {
+		synced = ""
+	}
+	if e.SyncedOperationID != synced {
+		e.SyncedOperationID, changed = synced, true
+	}
+	// One load and at most one save of the row per completion.
+	return op, tx.reconcile(e, changed)
 }
 
 // RetryAt records a transient failure: the operation waits in

@@ -695,6 +695,59 @@ func TestRecreateAfterDelete(t *testing.T) {
 	}
 }
 
+// A create of an id the server already holds with other data: an
+// earlier create of it reached the server, its answer was lost, it
+// expired and the user discarded it; then the app made the entity again.
+// The server answers the new create with its old record (200). The
+// daemon sends the entity's data after it as an update, so the server
+// does not keep the discarded data while the entity reads as synced.
+func TestCreateAnsweredWithOtherData(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{cfg: Config{Policy: transport.Policy{MaxElapsed: 30 * 24 * time.Hour}}})
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if strings.Contains(string(r.Body), `"old"`) {
+			return faultproxy.Action{Kind: faultproxy.DropResponse}
+		}
+		return faultproxy.Action{}
+	})
+	old := e.create("n1", `{"v":"old","extra":1}`)
+	e.drain()
+	e.wantState(old.Operation.ID, queue.StateRetryWaiting)
+	e.clock.Advance(DefaultMaxOperationAge + time.Hour)
+	e.drain()
+	if op := e.wantState(old.Operation.ID, queue.StatePermanentFailed); op.LastErrorCode != CodeOperationExpired {
+		t.Fatalf("code %q, want %s", op.LastErrorCode, CodeOperationExpired)
+	}
+	if err := e.store.Discard(context.Background(), old.Operation.ID); err != nil {
+		t.Fatal(err)
+	}
+	jsonEq(t, e.oneRecord("n1").Data, `{"v":"old","extra":1}`)
+
+	c := e.create("n1", `{"v":"new"}`)
+	e.drain()
+	e.wantState(c.Operation.ID, queue.StateDone)
+	rec := e.oneRecord("n1")
+	jsonEq(t, rec.Data, `{"v":"new"}`)
+	ent := e.entity("n1")
+	if ent.SyncState != queue.SyncSynced || ent.ServerID != rec.ID || ent.LastOperationID == c.Operation.ID {
+		t.Fatalf("entity %+v after the create and its follow-up, server record %+v", ent, rec)
+	}
+	if up := e.wantState(ent.LastOperationID, queue.StateDone); up.Type != queue.OpUpdate || up.PayloadVersion != rec.PayloadVersion {
+		t.Errorf("follow-up %+v", up)
+	}
+	if ent.SyncedOperationID != ent.LastOperationID {
+		t.Errorf("syncedOperationId %q, want the follow-up %q", ent.SyncedOperationID, ent.LastOperationID)
+	}
+
+	// A create the server makes anew (201), or answers with the data it
+	// sent, is not followed up.
+	c2 := e.create("n2", `{"v":1}`)
+	e.drain()
+	if ent := e.entity("n2"); ent.LastOperationID != c2.Operation.ID || ent.SyncState != queue.SyncSynced {
+		t.Errorf("n2 %+v", ent)
+	}
+}
+
 // An entity deleted and made again while the delete failed (403):
 // discarding the delete leaves the server's record live with the new
 // data. The create behind the delete goes as an update, since the server

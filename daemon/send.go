@@ -132,7 +132,10 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 	switch o.Decision {
 	case transport.Done:
 		d.metrics.attempt(doneResult(o))
-		comp := queue.Completion{ServerID: o.ServerID}
+		comp := queue.Completion{ServerID: o.ServerID, OtherData: o.OtherData, ServerPayloadVersion: o.ServerPayloadVersion}
+		if o.OtherData {
+			d.logger.Warn("daemon: the server already held other data under the create's id; sending the entity's data as an update", "operation", op.ID, "entityType", op.EntityType, "entityId", op.EntityID, "serverId", o.ServerID)
+		}
 		if !chain || d.stopping() || !d.current(c.sess) {
 			if _, err := d.store.Complete(ctx, op.ID, c.owner, comp); err != nil {
 				d.storeErr("complete", op, err)

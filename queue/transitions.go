@@ -158,11 +158,40 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 	if op.Type == OpDelete {
 		synced = ""
 	}
+	if op.Type == OpCreate && c.OtherData && !e.Deleted {
+		// The server holds other data than this create's: send the
+		// entity's, after whatever of it is queued already.
+		if err := tx.queueResend(e, c.ServerPayloadVersion); err != nil {
+			return nil, err
+		}
+		synced, changed = "", true
+	}
 	if e.SyncedOperationID != synced {
 		e.SyncedOperationID, changed = synced, true
 	}
 	// One load and at most one save of the row per completion.
 	return op, tx.reconcile(e, changed)
+}
+
+// queueResend queues an update of e's current data at the tail of its
+// partition, made by syncd rather than the app (see
+// Completion.OtherData). Its payload version is above both e's version
+// and serverVersion. The caller saves e.
+func (tx *txw) queueResend(e *Entity, serverVersion int64) error {
+	head, err := tx.partitionHead(e.AccountID, e.Type, e.ID)
+	if err != nil {
+		return err
+	}
+	e.Version = max(e.Version, serverVersion) + 1
+	e.LastOperationID = uuid.NewString()
+	op, err := tx.newOperation(e, OpUpdate, e.LastOperationID, "")
+	if err != nil {
+		return err
+	}
+	if err := tx.insertOperation(op, head == nil); err != nil {
+		return err
+	}
+	return tx.opEvent(op)
 }
 
 // RetryAt records a transient failure: the operation waits in

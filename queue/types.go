@@ -44,8 +44,11 @@ type Entity struct {
 	ServerID  string    `json:"serverId,omitempty"`
 	SyncError string    `json:"syncError,omitempty"`
 	// Version counts the local changes to this entity, starting at 1:
-	// the app's writes, and the revert when a refused update is discarded.
-	// It is the payload version of the operation a write made.
+	// the app's writes, the revert when a refused update is discarded,
+	// and the update queued when the server kept other data under a
+	// create's id (Completion.OtherData), which may raise it to above the
+	// server's version. It is the payload version of the operation a
+	// write made.
 	Version   int64     `json:"version"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
@@ -160,6 +163,20 @@ type Result struct {
 type Completion struct {
 	// ServerID is the id the server gave the entity (create), if any.
 	ServerID string
+
+	// OtherData is set when the server answered a create with a record
+	// it already held under the entity's id, and that record does not
+	// hold the data the create sent: an earlier create of the same id
+	// reached it (one whose operation was discarded while its outcome
+	// was unknown, say). Unless the entity is deleted locally, the
+	// completion queues an update of the entity's current data behind
+	// the create, so the server does not keep the old data while the
+	// entity reads as synced. ServerPayloadVersion is the record's
+	// payloadVersion, if the answer carried one: the update's version
+	// is above it and the entity's, since a server may ignore an update
+	// older than what it holds.
+	OtherData            bool
+	ServerPayloadVersion int64
 }
 
 // ListOptions pages through entities or operations. After is the cursor

@@ -191,27 +191,10 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	e.SyncState = SyncPending
 	e.SyncError = ""
 
-	seq, err := tx.b(bucketOps).NextSequence()
+	op, err := tx.newOperation(e, w.Op, w.OperationID, w.RequestFingerprint)
 	if err != nil {
 		return Result{}, err
 	}
-	op := &Operation{
-		ID:                 w.OperationID,
-		Seq:                seq,
-		AccountID:          w.AccountID,
-		Type:               w.Op,
-		EntityType:         w.EntityType,
-		EntityID:           w.EntityID,
-		PayloadVersion:     e.Version,
-		State:              StatePending,
-		NextAttemptAt:      now,
-		CreatedAt:          now,
-		RequestFingerprint: w.RequestFingerprint,
-	}
-	if w.Op != OpDelete {
-		op.Payload = e.Data
-	}
-	op.PayloadFingerprint = payloadFingerprint(op)
 
 	head, err := tx.partitionHead(w.AccountID, w.EntityType, w.EntityID)
 	if err != nil {
@@ -236,24 +219,7 @@ func (tx *txw) apply(w *Write) (Result, error) {
 			return Result{}, err
 		}
 	}
-	if err := tx.saveOp(op); err != nil {
-		return Result{}, err
-	}
-	if err := tx.put(tx.b(bucketOpIDs), []byte(op.ID), u64(seq)); err != nil {
-		return Result{}, err
-	}
-	if err := tx.put(tx.b(bucketPartitions), partitionOpKey(op), nil); err != nil {
-		return Result{}, err
-	}
-	if err := tx.put(tx.b(bucketUnfinished), u64(seq), nil); err != nil {
-		return Result{}, err
-	}
-	if head == nil {
-		if err := tx.readyPut(op); err != nil {
-			return Result{}, err
-		}
-	}
-	if err := tx.count(op, StatePending, 1); err != nil {
+	if err := tx.insertOperation(op, head == nil); err != nil {
 		return Result{}, err
 	}
 	if err := tx.entityEvent(e, EventEntityChanged); err != nil {
@@ -263,6 +229,59 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		return Result{}, err
 	}
 	return Result{Entity: *e, Operation: *op}, nil
+}
+
+// newOperation makes a pending operation of type typ for e as it is now:
+// its payload is e's data (none for a delete), its payload version e's
+// version, its seq the next one.
+func (tx *txw) newOperation(e *Entity, typ OpType, id, requestFingerprint string) (*Operation, error) {
+	seq, err := tx.b(bucketOps).NextSequence()
+	if err != nil {
+		return nil, err
+	}
+	op := &Operation{
+		ID:                 id,
+		Seq:                seq,
+		AccountID:          e.AccountID,
+		Type:               typ,
+		EntityType:         e.Type,
+		EntityID:           e.ID,
+		PayloadVersion:     e.Version,
+		State:              StatePending,
+		NextAttemptAt:      tx.now,
+		CreatedAt:          tx.now,
+		RequestFingerprint: requestFingerprint,
+	}
+	if typ != OpDelete {
+		op.Payload = e.Data
+	}
+	op.PayloadFingerprint = payloadFingerprint(op)
+	return op, nil
+}
+
+// insertOperation writes a new pending operation: its row, its id, its
+// place at the tail of its partition and in the unfinished index, and its
+// count; isHead says that nothing of its partition is queued before it,
+// so it is ready to be claimed. The caller records the events.
+func (tx *txw) insertOperation(op *Operation, isHead bool) error {
+	if err := tx.saveOp(op); err != nil {
+		return err
+	}
+	if err := tx.put(tx.b(bucketOpIDs), []byte(op.ID), u64(op.Seq)); err != nil {
+		return err
+	}
+	if err := tx.put(tx.b(bucketPartitions), partitionOpKey(op), nil); err != nil {
+		return err
+	}
+	if err := tx.put(tx.b(bucketUnfinished), u64(op.Seq), nil); err != nil {
+		return err
+	}
+	if isHead {
+		if err := tx.readyPut(op); err != nil {
+			return err
+		}
+	}
+	return tx.count(op, StatePending, 1)
 }
 
 // ApplyViaBoltBatch makes the same write as Apply through bbolt's own

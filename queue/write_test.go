@@ -649,3 +649,70 @@ func TestAppendOrderedBucketsArePacked(t *testing.T) {
 		return nil
 	})
 }
+
+// A create the server answered with a record holding other data
+// (Completion.OtherData) queues an update of the entity's data behind
+// whatever of it is queued, with a version above the server's; not when
+// the entity is deleted locally, and only once.
+func TestCompleteWithOtherDataQueuesUpdate(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{NoSync: true})
+	ctx := context.Background()
+	claim := func(wantID string) {
+		t.Helper()
+		op, err := s.Claim(ctx, "acct", "w", time.Minute)
+		if err != nil || op.ID != wantID {
+			t.Fatalf("claimed %s, %v; want %s", op.ID, err, wantID)
+		}
+	}
+	other := Completion{ServerID: "srv", OtherData: true, ServerPayloadVersion: 7}
+
+	c := create(t, s, "a", `{"v":1}`).Operation
+	u := mustApply(t, s, Write{Op: OpUpdate, EntityID: "a", Data: json.RawMessage(`{"w":2}`)}).Operation
+	claim(c.ID)
+	for range 2 { // the second completion is a redo and changes nothing
+		if _, err := s.Complete(ctx, c.ID, "w", other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, err := s.EntityRow("acct", "note", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Version != 8 || e.LastOperationID == u.ID || e.SyncState != SyncPending || e.SyncedOperationID != "" || e.ServerID != "srv" {
+		t.Fatalf("entity after the completion: %+v", e)
+	}
+	ops, _, err := s.ListOperations(ListOptions{State: StatePending})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ops) != 2 || ops[0].ID != u.ID || ops[1].ID != e.LastOperationID {
+		t.Fatalf("pending %+v, want the app's update then the follow-up", ops)
+	}
+	f := ops[1]
+	if f.Type != OpUpdate || f.PayloadVersion != 8 || string(f.Payload) != `{"v":1,"w":2}` || f.Key() != f.ID {
+		t.Fatalf("follow-up %+v", f)
+	}
+	claim(u.ID)
+	if _, err := s.Complete(ctx, u.ID, "w", Completion{ServerID: "srv"}); err != nil {
+		t.Fatal(err)
+	}
+	claim(f.ID)
+	if _, err := s.Complete(ctx, f.ID, "w", Completion{ServerID: "srv"}); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := s.EntityRow("acct", "note", "a"); e.SyncState != SyncSynced || e.SyncedOperationID != f.ID {
+		t.Fatalf("entity after the follow-up: %+v", e)
+	}
+
+	// Deleted locally: nothing to send but the delete.
+	c = create(t, s, "b", `{"v":1}`).Operation
+	d := mustApply(t, s, Write{Op: OpDelete, EntityID: "b"}).Operation
+	claim(c.ID)
+	if _, err := s.Complete(ctx, c.ID, "w", other); err != nil {
+		t.Fatal(err)
+	}
+	if ops, _, _ := s.ListOperations(ListOptions{State: StatePending}); len(ops) != 1 || ops[0].ID != d.ID {
+		t.Fatalf("pending after a create with a delete behind: %+v", ops)
+	}
+}

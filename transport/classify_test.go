@@ -30,7 +30,39 @@ func TestClassifyStatus(t *testing.T) {
 		retryAfter time.Duration
 		serverCode string
 		wantErr    error
+		otherData  bool
+		serverVer  int64
 	}{
+		{
+			name:     "200 create holding the data sent, and more",
+			req:      createReq(),
+			handler:  reply(200, `{"id":"srv-9","data":{"title":"hi","addedByServer":true},"payloadVersion":3}`),
+			decision: Done, serverID: "srv-9",
+		},
+		{
+			name:     "200 create holding other data",
+			req:      createReq(),
+			handler:  reply(200, `{"id":"srv-9","data":{"title":"old"},"payloadVersion":5}`),
+			decision: Done, serverID: "srv-9", otherData: true, serverVer: 5,
+		},
+		{
+			name:     "200 create lacking a member sent, replayed, no version",
+			req:      createReq(),
+			handler:  reply(200, `{"id":"srv-9","data":{},"payloadVersion":"5"}`, "Idempotent-Replayed", "true"),
+			decision: Done, serverID: "srv-9", otherData: true, replayed: true,
+		},
+		{
+			name:     "200 create without data",
+			req:      createReq(),
+			handler:  reply(200, `{"id":"srv-9","data":"opaque"}`),
+			decision: Done, serverID: "srv-9",
+		},
+		{
+			name:     "201 create with other data: a new record, as the server made it",
+			req:      createReq(),
+			handler:  reply(201, `{"id":"srv-9","data":{"title":"HI"}}`),
+			decision: Done, serverID: "srv-9",
+		},
 		{
 			name:     "201 create",
 			req:      createReq(),
@@ -235,6 +267,9 @@ func TestClassifyStatus(t *testing.T) {
 			}
 			if o.ServerID != tt.serverID {
 				t.Errorf("ServerID = %q, want %q", o.ServerID, tt.serverID)
+			}
+			if o.OtherData != tt.otherData || o.ServerPayloadVersion != tt.serverVer {
+				t.Errorf("OtherData = %v, ServerPayloadVersion = %d; want %v, %d", o.OtherData, o.ServerPayloadVersion, tt.otherData, tt.serverVer)
 			}
 			if o.Replayed != tt.replayed {
 				t.Errorf("Replayed = %v, want %v", o.Replayed, tt.replayed)

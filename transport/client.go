@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"reflect"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -239,6 +241,9 @@ func (c *Client) classify(r Request, tr typeRoutes, resp *http.Response, body []
 			return o
 		}
 		o.Decision, o.ServerID = Done, id
+		if st == http.StatusOK {
+			o.OtherData, o.ServerPayloadVersion = otherData(body, r.Data)
+		}
 		return o
 	}
 
@@ -308,6 +313,41 @@ func serverID(body []byte, path []string) (string, bool) {
 		return id.String(), true
 	}
 	return "", false
+}
+
+// otherData reports whether the record in a create's answer (its "data"
+// object) lacks a member of sent or holds another value for one, and
+// returns the record's "payloadVersion". Members the server added are
+// not a difference.
+func otherData(body []byte, sent json.RawMessage) (differs bool, version int64) {
+	var rec struct {
+		Data           json.RawMessage `json:"data"`
+		PayloadVersion json.RawMessage `json:"payloadVersion"`
+	}
+	if json.Unmarshal(body, &rec) != nil {
+		return false, 0
+	}
+	var held, want map[string]any
+	if decodeObject(rec.Data, &held) != nil || held == nil || decodeObject(sent, &want) != nil {
+		return false, 0
+	}
+	for k, v := range want {
+		if h, ok := held[k]; !ok || !reflect.DeepEqual(h, v) {
+			differs = true
+			break
+		}
+	}
+	if differs {
+		version, _ = strconv.ParseInt(string(rec.PayloadVersion), 10, 64)
+	}
+	return differs, version
+}
+
+// decodeObject decodes a JSON object keeping numbers as written.
+func decodeObject(data []byte, v *map[string]any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	return dec.Decode(v)
 }
 
 // errorBody reads {"error":{"code","message"}}; anything else gives "".

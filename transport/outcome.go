@@ -125,6 +125,16 @@ type Outcome struct {
 	// delete. Set only when Decision is Done.
 	ServerID string
 
+	// OtherData is set for a create answered 200, the answer for a
+	// record the server already held under the clientId (a new one is
+	// 201), when the record's "data" lacks a member the request sent or
+	// holds another value for it: the server keeps other data than the
+	// operation's. ServerPayloadVersion is then the record's
+	// "payloadVersion", if it is a whole number. An answer without a
+	// "data" object says nothing, and OtherData stays false.
+	OtherData            bool
+	ServerPayloadVersion int64
+
 	// Replayed is true when the server answered with
 	// "Idempotent-Replayed: true": the answer of an earlier attempt.
 	Replayed bool

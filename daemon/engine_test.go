@@ -562,6 +562,47 @@ func TestDeclinedFixedByUpdate(t *testing.T) {
 	}
 }
 
+// The user deletes an entity the server declined instead of fixing it:
+// the failure goes with it. A declined create leaves nothing to send; a
+// declined update is dropped and the delete goes to the server.
+func TestDeleteOverDeclined(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	c := e.create("n1", `{"invalid":true}`)
+	e.create("n2", `{"v":1}`)
+	e.drain()
+	e.wantState(c.Operation.ID, queue.StatePermanentFailed)
+	u := e.update("n2", `{"invalid":true}`)
+	e.drain()
+	e.wantState(u.Operation.ID, queue.StatePermanentFailed)
+
+	d1, d2 := e.del("n1"), e.del("n2")
+	if d1.Operation.State != queue.StateDone || d2.Operation.State != queue.StatePending {
+		t.Fatalf("deletes: %s, %s; want done (nothing to send), pending", d1.Operation.State, d2.Operation.State)
+	}
+	if n := e.drain(); n != 1 {
+		t.Errorf("drained %d operations, want 1 (the delete of n2)", n)
+	}
+	e.wantState(d2.Operation.ID, queue.StateDone)
+	for _, id := range []string{c.Operation.ID, u.Operation.ID} {
+		if _, err := e.store.GetOperation(id); !errors.Is(err, queue.ErrOperationNotFound) {
+			t.Errorf("declined operation %s: %v, want gone", id, err)
+		}
+	}
+	if st, err := e.store.Stats(); err != nil || st.Counts[queue.StatePermanentFailed]+st.Counts[queue.StatePending] != 0 {
+		t.Errorf("queue after the deletes: %+v, %v; want nothing failed or unsent", st.Counts, err)
+	}
+	if recs := e.serverRecords("n1"); len(recs) != 0 {
+		t.Errorf("server holds %+v of n1, which it declined", recs)
+	}
+	if r := e.oneRecord("n2"); !r.Deleted {
+		t.Errorf("server's n2 is live: %+v", r)
+	}
+	if n := faultproxy.Count(e.proxy.Log(), keyed(d1.Operation.ID)); n != 0 {
+		t.Errorf("the delete of n1 was sent %d times", n)
+	}
+}
+
 // A 403 (the user lacked permission) is declined too: once the
 // permission is fixed on the server, the user's retry goes under a new
 // key instead of replaying the stored 403.

@@ -140,15 +140,32 @@ func TestClaimMatchesModel(t *testing.T) {
 						u[0].state, u[0].nextAt, u[0].declined, u[0].maybe, u[0].renewed = StatePending, clock.Now(), false, false, true
 					}
 				}
+				m.seq++
+				op := &modelOp{id: r.Operation.ID, account: acct, partition: p, typ: typ, seq: m.seq, state: StatePending, nextAt: clock.Now()}
+				if u := m.unfinished(p); typ == OpDelete && len(u) > 0 && u[0].state == StatePermanentFailed && u[0].declined {
+					// A delete over a declined head drops the partition,
+					// none of which reached the server; over a create of
+					// an id the server never answered for, it is done.
+					for _, o := range u {
+						m.remove(o)
+					}
+					if u[0].typ == OpCreate && !e.serverID {
+						op.state = StateDone
+						delete(m.entities, p)
+					} else {
+						e.deleted = true
+					}
+					m.ops = append(m.ops, op)
+					return
+				}
 				if typ == OpCreate {
 					// Made again over a deleted row: it keeps its server id.
 					m.entities[p] = &modelEntity{serverID: e != nil && e.serverID}
 				}
 				if typ == OpDelete {
-					m.entities[p].deleted = true
+					e.deleted = true
 				}
-				m.seq++
-				m.ops = append(m.ops, &modelOp{id: r.Operation.ID, account: acct, partition: p, typ: typ, seq: m.seq, state: StatePending, nextAt: clock.Now()})
+				m.ops = append(m.ops, op)
 			},
 			"claim": func(rt *rapid.T) {
 				acct := rapid.SampledFrom(accounts).Draw(rt, "account")

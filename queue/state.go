@@ -10,6 +10,9 @@ import "fmt"
 //	   ├──lease expiry / release / restart─┘       │
 //	   ├──────────── next_attempt_at reached ──────┘
 //	   └──────────── user retry ◀── permanent_failed
+//
+// One operation starts done: a delete of an entity whose declined create
+// never reached the server has nothing to send (see Store.Apply).
 type State string
 
 // The operation states. Their string values are stored in the file and

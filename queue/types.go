@@ -99,7 +99,9 @@ type Operation struct {
 	// The server keeps that answer under the key, so sending the same key
 	// again can only replay it. A user's retry, or an update of the
 	// entity, is therefore a new attempt: the operation takes the
-	// entity's current data and a new RemoteKey.
+	// entity's current data and a new RemoteKey. A delete of the entity
+	// drops it and whatever of the entity is queued behind it, none of
+	// which reached the server (see Store.Apply).
 	Declined bool `json:"declined,omitempty"`
 	// RemoteKey is the Idempotency-Key of the operation's attempts since
 	// its last new attempt after the server declined it; empty means ID.

@@ -95,7 +95,11 @@ func (s *Store) validate(w *Write) error {
 // it as an RFC 7396 JSON merge patch; its operation carries the whole
 // resulting data, so resending it is idempotent on the server. A delete
 // marks the entity deleted; reads stop returning it at once, and the row
-// goes when the delete reaches the server.
+// goes when the delete reaches the server. A delete of an entity whose
+// partition head the server declined drops the partition's operations
+// first, none of which reached the server; over a create the server never
+// had, it is done at once (Result.Operation.State is done) and the row
+// goes.
 func (s *Store) Apply(ctx context.Context, w Write) (Result, error) {
 	if err := s.prepare(&w); err != nil {
 		return Result{}, err
@@ -200,6 +204,9 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if w.Op == OpDelete && head != nil && head.State == StatePermanentFailed && head.Declined {
+		return tx.deleteOverDeclined(e, op, head)
+	}
 	// An update of an entity whose head the server declined is the
 	// user's fix: the head goes again at once, with the data this update
 	// makes, under a new key (Operation.Declined). Not a declined delete
@@ -229,6 +236,63 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		return Result{}, err
 	}
 	return Result{Entity: *e, Operation: *op}, nil
+}
+
+// deleteOverDeclined applies del, a delete of e, when the head of e's
+// partition is an operation the server declined. Nothing of the partition
+// has reached the server: the head was refused without being applied
+// (Operation.Declined) and nothing behind a head is ever sent. So the
+// partition's operations go unsent, as the user's discard would drop them,
+// and the entity does not stay failed over a write the user has deleted.
+// If the head is a create of an id the server has never answered for (no
+// server id), the server holds no record of e: the delete has nothing to
+// send and is recorded done at once (its id still answers the app's
+// Idempotency-Key replay), and e's row goes. Otherwise the server may hold
+// e live, and the delete goes first; a server that holds no such record
+// answers it 404 or 410, which is done.
+func (tx *txw) deleteOverDeclined(e *Entity, del, head *Operation) (Result, error) {
+	ops, err := tx.partitionOps(e.AccountID, e.Type, e.ID)
+	if err != nil {
+		return Result{}, err
+	}
+	for _, o := range ops {
+		if err := tx.purgeOp(o); err != nil {
+			return Result{}, err
+		}
+	}
+	if head.Type != OpCreate || e.ServerID != "" {
+		if err := tx.saveEntity(e); err != nil {
+			return Result{}, err
+		}
+		if err := tx.insertOperation(del, true); err != nil {
+			return Result{}, err
+		}
+		if err := tx.entityEvent(e, EventEntityChanged); err != nil {
+			return Result{}, err
+		}
+		return Result{Entity: *e, Operation: *del}, tx.opEvent(del)
+	}
+	del.State, del.CompletedAt = StateDone, tx.now
+	if err := tx.saveOp(del); err != nil {
+		return Result{}, err
+	}
+	if err := tx.put(tx.b(bucketOpIDs), []byte(del.ID), u64(del.Seq)); err != nil {
+		return Result{}, err
+	}
+	if err := tx.put(tx.b(bucketDone), timeSeqKey(del.CompletedAt, del.Seq), nil); err != nil {
+		return Result{}, err
+	}
+	if err := tx.count(del, StateDone, 1); err != nil {
+		return Result{}, err
+	}
+	if err := tx.opEvent(del); err != nil {
+		return Result{}, err
+	}
+	e.SyncState, e.SyncedOperationID = SyncSynced, ""
+	if err := tx.del(tx.b(bucketEntities), entityKey(e.AccountID, e.Type, e.ID)); err != nil {
+		return Result{}, err
+	}
+	return Result{Entity: *e, Operation: *del}, tx.entityEvent(e, EventEntityRemoved)
 }
 
 // newOperation makes a pending operation of type typ for e as it is now:

@@ -451,7 +451,9 @@ func TestDiscardKeepsRecreate(t *testing.T) {
 	if err != nil || op.ID != c1.Operation.ID {
 		t.Fatalf("claim: %v, %v", op.ID, err)
 	}
-	if err := s.Decline(ctx, op.ID, "w", "validation", "bad"); err != nil {
+	// Not declined: a delete over a declined create drops it at once
+	// (TestDeleteOverDeclined).
+	if err := s.Fail(ctx, op.ID, "w", "operation_expired", "too old", false); err != nil {
 		t.Fatal(err)
 	}
 	d := mustApply(t, s, Write{Op: OpDelete, EntityID: "n1"})
@@ -715,4 +717,156 @@ func TestCompleteWithOtherDataQueuesUpdate(t *testing.T) {
 	if ops, _, _ := s.ListOperations(ListOptions{State: StatePending}); len(ops) != 1 || ops[0].ID != d.ID {
 		t.Fatalf("pending after a create with a delete behind: %+v", ops)
 	}
+}
+
+// A delete of an entity whose head the server declined does not wait
+// behind it: nothing of the partition reached the server, so its
+// operations go. Over a create of an id the server never answered for,
+// the delete is done at once and the entity goes; otherwise the delete is
+// sent first. A head that was not declined keeps the delete behind it.
+func TestDeleteOverDeclined(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	declineNext := func(t *testing.T, s *Store, want string) {
+		t.Helper()
+		op, err := s.Claim(ctx, "acct", "w", time.Minute)
+		if err != nil || op.ID != want {
+			t.Fatalf("claim: %s, %v; want %s", op.ID, err, want)
+		}
+		if err := s.Decline(ctx, op.ID, "w", "validation", "bad"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := func(t *testing.T, s *Store, ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			if _, err := s.GetOperation(id); !errors.Is(err, ErrOperationNotFound) {
+				t.Errorf("operation %s after the delete: %v, want gone", id, err)
+			}
+		}
+	}
+
+	t.Run("declined create", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, Config{NoSync: true})
+		c := create(t, s, "n1", `{"v":1}`)
+		declineNext(t, s, c.Operation.ID)
+		u := mustApply(t, s, Write{Op: OpUpdate, EntityID: "n1", Data: json.RawMessage(`{"v":2}`)})
+		// The update renewed the create; it is declined again.
+		declineNext(t, s, c.Operation.ID)
+		u2 := mustApply(t, s, Write{Op: OpUpdate, EntityID: "n1", Data: json.RawMessage(`{"v":3}`)})
+		declineNext(t, s, c.Operation.ID)
+
+		w := Write{Op: OpDelete, AccountID: "acct", EntityType: "note", EntityID: "n1", OperationID: "del-1", RequestFingerprint: "fp"}
+		d, err := s.Apply(ctx, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Operation.State != StateDone || d.Operation.AttemptCount != 0 || !d.Entity.Deleted || d.Entity.SyncState != SyncSynced {
+			t.Fatalf("delete: op %s attempts %d, entity deleted=%v %s; want done unsent, deleted synced", d.Operation.State, d.Operation.AttemptCount, d.Entity.Deleted, d.Entity.SyncState)
+		}
+		gone(t, s, c.Operation.ID, u.Operation.ID, u2.Operation.ID)
+		if _, err := s.GetEntity("acct", "note", "n1"); !errors.Is(err, ErrEntityNotFound) {
+			t.Errorf("entity after the delete: %v, want gone", err)
+		}
+		if op, err := s.Claim(ctx, "acct", "w", time.Minute); !errors.Is(err, ErrNoReady) {
+			t.Errorf("claim after the delete: %s, %v; want nothing", op.ID, err)
+		}
+		st, err := s.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Counts[StateDone] != 1 || st.Counts[StatePermanentFailed] != 0 || st.Counts[StatePending] != 0 {
+			t.Errorf("counts after the delete: %v", st.Counts)
+		}
+		// The app's Idempotency-Key replay finds the delete.
+		if r, err := s.Apply(ctx, w); err != nil || !r.Replayed || r.Operation.ID != "del-1" || r.Operation.State != StateDone {
+			t.Errorf("replay: %+v, %v", r.Operation, err)
+		}
+		// The id is free for a new create, sent as one.
+		c2 := create(t, s, "n1", `{"v":4}`)
+		if op, err := s.Claim(ctx, "acct", "w", time.Minute); err != nil || op.ID != c2.Operation.ID || op.Type != OpCreate {
+			t.Errorf("claim after the new create: %s %s, %v", op.ID, op.Type, err)
+		}
+		mustCheck(t, s)
+	})
+
+	t.Run("declined update", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, Config{NoSync: true})
+		create(t, s, "n1", `{"v":1}`)
+		op, err := s.Claim(ctx, "acct", "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Complete(ctx, op.ID, "w", Completion{ServerID: "srv-1"}); err != nil {
+			t.Fatal(err)
+		}
+		u := mustApply(t, s, Write{Op: OpUpdate, EntityID: "n1", Data: json.RawMessage(`{"v":2}`)})
+		declineNext(t, s, u.Operation.ID)
+		d := mustApply(t, s, Write{Op: OpDelete, EntityID: "n1"})
+		gone(t, s, u.Operation.ID)
+		if d.Operation.State != StatePending || d.Entity.SyncState != SyncPending {
+			t.Fatalf("delete: op %s, entity %s; want both pending", d.Operation.State, d.Entity.SyncState)
+		}
+		if op, err := s.Claim(ctx, "acct", "w", time.Minute); err != nil || op.ID != d.Operation.ID {
+			t.Fatalf("claim after the delete: %s, %v; want the delete", op.ID, err)
+		}
+		if _, err := s.Complete(ctx, d.Operation.ID, "w", Completion{ServerID: "srv-1"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.GetEntity("acct", "note", "n1"); !errors.Is(err, ErrEntityNotFound) {
+			t.Errorf("entity after the delete reached the server: %v, want gone", err)
+		}
+		mustCheck(t, s)
+	})
+
+	t.Run("declined create over a record the server held", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, Config{NoSync: true})
+		create(t, s, "n1", `{"v":1}`)
+		mustApply(t, s, Write{Op: OpDelete, EntityID: "n1"})
+		c := create(t, s, "n1", `{"v":2}`) // made again behind the delete
+		for range 2 {                      // the first create and the delete reach the server
+			op, err := s.Claim(ctx, "acct", "w", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Complete(ctx, op.ID, "w", Completion{ServerID: "srv-1"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		declineNext(t, s, c.Operation.ID)
+		d := mustApply(t, s, Write{Op: OpDelete, EntityID: "n1"})
+		gone(t, s, c.Operation.ID)
+		if op, err := s.Claim(ctx, "acct", "w", time.Minute); err != nil || op.ID != d.Operation.ID {
+			t.Fatalf("claim after the delete: %s, %v; want the delete, sent", op.ID, err)
+		}
+		mustCheck(t, s)
+	})
+
+	t.Run("failed, not declined", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, Config{NoSync: true})
+		c := create(t, s, "n1", `{"v":1}`)
+		op, err := s.Claim(ctx, "acct", "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The create may have been applied: the delete must follow it.
+		if err := s.Fail(ctx, op.ID, "w", "validation", "bad", true); err != nil {
+			t.Fatal(err)
+		}
+		d := mustApply(t, s, Write{Op: OpDelete, EntityID: "n1"})
+		if d.Operation.State != StatePending || d.Entity.SyncState != SyncFailed {
+			t.Fatalf("delete: op %s, entity %s; want pending behind the failed create", d.Operation.State, d.Entity.SyncState)
+		}
+		if got, err := s.GetOperation(c.Operation.ID); err != nil || got.State != StatePermanentFailed {
+			t.Errorf("create after the delete: %s, %v; want still failed", got.State, err)
+		}
+		if op, err := s.Claim(ctx, "acct", "w", time.Minute); !errors.Is(err, ErrNoReady) {
+			t.Errorf("claim: %s, %v; want nothing ready", op.ID, err)
+		}
+		mustCheck(t, s)
+	})
 }

@@ -37,6 +37,7 @@ var table = []setting{
 	{"remote", "remote", "base URL of the app's server (empty: the embedded reference server)", false, func(s *Settings) any { return &s.Remote }},
 	{"allowedOrigins", "allowed-origin", "a browser origin allowed to call the API, e.g. http://localhost:3000 (repeatable, or comma-separated)", false, func(s *Settings) any { return &s.AllowedOrigins }},
 	{"entityTypes", "entity-types", "comma-separated entity types apps may use (default: any)", false, func(s *Settings) any { return &s.EntityTypes }},
+	{"mergeableTypes", "mergeable-types", "comma-separated entity types whose unsent updates a later write of the entity may supersede (default: none)", false, func(s *Settings) any { return &s.MergeableTypes }},
 	{"concurrency", "concurrency", "operations sent to the remote at once", false, func(s *Settings) any { return &s.Concurrency }},
 	{"requestTimeout", "request-timeout", "bound on one request to the remote", false, func(s *Settings) any { return &s.RequestTimeout }},
 	{"maxOperationAge", "max-operation-age", "age past which a retried operation waits for the user instead of being resent", false, func(s *Settings) any { return &s.MaxOperationAge }},

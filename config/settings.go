@@ -58,6 +58,12 @@ type Settings struct {
 	AllowedOrigins []string `json:"allowedOrigins"`
 	// EntityTypes, if not empty, are the entity types apps may use.
 	EntityTypes []string `json:"entityTypes"`
+	// MergeableTypes are the entity types whose queued, never sent
+	// updates a later update or delete of the same entity supersedes
+	// (queue.Config.MergeableTypes): an entity edited a hundred times
+	// offline is sent once. Leave out types whose every write the server
+	// must see.
+	MergeableTypes []string `json:"mergeableTypes"`
 	// Concurrency bounds the operations sent at once.
 	Concurrency int `json:"concurrency"`
 	// RequestTimeout bounds one request to the remote.
@@ -169,6 +175,11 @@ func (s *Settings) finish() error {
 	for _, t := range s.EntityTypes {
 		if err := queue.ValidateEntityType(t); err != nil {
 			return fmt.Errorf("%w: entityTypes: %v", ErrInvalid, err)
+		}
+	}
+	for _, t := range s.MergeableTypes {
+		if err := queue.ValidateEntityType(t); err != nil {
+			return fmt.Errorf("%w: mergeableTypes: %v", ErrInvalid, err)
 		}
 	}
 	if s.Concurrency < 1 {

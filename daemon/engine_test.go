@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"strconv"
@@ -601,6 +602,43 @@ func TestDeleteOverDeclined(t *testing.T) {
 	if n := faultproxy.Count(e.proxy.Log(), keyed(d1.Operation.ID)); n != 0 {
 		t.Errorf("the delete of n1 was sent %d times", n)
 	}
+}
+
+// An entity of a mergeable type edited many times while offline is sent
+// once: each update supersedes the unsent one before it. The server ends
+// with the last data, and every superseded operation says which
+// operation carried it.
+func TestMergeableUpdatesSentOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{mergeable: []string{"note"}})
+	e.create("n1", `{"v":0}`)
+	e.drain()
+	var ups []queue.Result
+	for i := 1; i <= 20; i++ {
+		ups = append(ups, e.update("n1", fmt.Sprintf(`{"v":%d}`, i)))
+	}
+	d := e.create("n2", `{"v":0}`) // a create is never merged
+	e.update("n2", `{"v":1}`)
+	e.del("n2")
+	if n := e.drain(); n != 3 {
+		t.Errorf("drained %d operations, want 3 (n1's last update, n2's create and delete)", n)
+	}
+	last := ups[len(ups)-1].Operation.ID
+	e.wantState(last, queue.StateDone)
+	for _, u := range ups[:len(ups)-1] {
+		op := e.wantState(u.Operation.ID, queue.StateDone)
+		if op.AttemptCount != 0 || op.MergedInto == "" {
+			t.Errorf("superseded update %s: %d attempts, mergedInto %q", op.ID, op.AttemptCount, op.MergedInto)
+		}
+		if n := faultproxy.Count(e.proxy.Log(), keyed(op.ID)); n != 0 {
+			t.Errorf("superseded update %s sent %d times", op.ID, n)
+		}
+	}
+	jsonEq(t, e.oneRecord("n1").Data, `{"v":20}`)
+	if r := e.oneRecord("n2"); !r.Deleted {
+		t.Errorf("n2 on the server: %+v, want deleted", r)
+	}
+	e.wantState(d.Operation.ID, queue.StateDone)
 }
 
 // A 403 (the user lacked permission) is declined too: once the

@@ -61,6 +61,7 @@ type envOpts struct {
 	dir        string // data directory (default a new temp dir)
 	quietLog   bool
 	keepRemote *remote.Server // use this remote instead of a new one
+	mergeable  []string       // queue.Config.MergeableTypes
 }
 
 // eventLog collects the queue's committed events (OnCommit).
@@ -130,7 +131,7 @@ func setup(t testing.TB, o envOpts) *env {
 		now = time.Now
 	}
 	var err error
-	e.store, err = queue.Open(filepath.Join(e.dir, "syncd.db"), queue.Config{Now: now, OnCommit: e.events.add, NoSync: true})
+	e.store, err = queue.Open(filepath.Join(e.dir, "syncd.db"), queue.Config{Now: now, OnCommit: e.events.add, NoSync: true, MergeableTypes: o.mergeable})
 	if err != nil {
 		t.Fatal(err)
 	}

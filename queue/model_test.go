@@ -102,7 +102,12 @@ func TestClaimMatchesModel(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(rt *rapid.T) {
 		ctx := context.Background()
-		s, clock := setup(t, Config{NoSync: true})
+		mergeable := rapid.Bool().Draw(rt, "mergeable")
+		cfg := Config{NoSync: true}
+		if mergeable {
+			cfg.MergeableTypes = []string{"note"}
+		}
+		s, clock := setup(t, cfg)
 		m := &model{entities: map[string]*modelEntity{}}
 		accounts := []string{"a1", "a2"}
 		ids := []string{"e1", "e2", "e3", "e4"}
@@ -133,6 +138,12 @@ func TestClaimMatchesModel(t *testing.T) {
 				}
 				if err != nil {
 					return
+				}
+				if u := m.unfinished(p); mergeable && typ != OpCreate && len(u) > 0 {
+					// An update or delete supersedes an unsent update.
+					if tail := u[len(u)-1]; tail.typ == OpUpdate && tail.state == StatePending && !tail.claimed {
+						tail.state = StateDone
+					}
 				}
 				if typ == OpUpdate {
 					// An update releases a declined head that is no delete.

@@ -156,6 +156,23 @@ func (w *txw) partitionHead(account, entityType, entityID string) (*Operation, e
 	return w.loadOpBySeq(readU64(k[len(prefix):]))
 }
 
+// partitionTail returns the newest unfinished operation of a partition,
+// or nil.
+func (w *txw) partitionTail(account, entityType, entityID string) (*Operation, error) {
+	prefix := partitionPrefix(account, entityType, entityID)
+	c := w.b(bucketPartitions).Cursor()
+	k, _ := c.Seek(append(prefix, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
+	if k == nil {
+		k, _ = c.Last()
+	} else {
+		k, _ = c.Prev()
+	}
+	if k == nil || len(k) != len(prefix)+8 || string(k[:len(prefix)]) != string(prefix) {
+		return nil, nil
+	}
+	return w.loadOpBySeq(readU64(k[len(prefix):]))
+}
+
 // partitionOps returns every unfinished operation of a partition, oldest
 // first.
 func (w *txw) partitionOps(account, entityType, entityID string) ([]*Operation, error) {

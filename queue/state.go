@@ -11,8 +11,12 @@ import "fmt"
 //	   ├──────────── next_attempt_at reached ──────┘
 //	   └──────────── user retry ◀── permanent_failed
 //
-// One operation starts done: a delete of an entity whose declined create
-// never reached the server has nothing to send (see Store.Apply).
+// Two writes of Store.Apply record an operation done without sending it,
+// outside this machine: a delete of an entity whose declined create never
+// reached the server starts done (nothing to send), and an unsent update
+// of a mergeable type goes from pending to done when a later write
+// supersedes it (Operation.MergedInto). Neither is a transition a worker
+// can make.
 type State string
 
 // The operation states. Their string values are stored in the file and

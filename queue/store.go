@@ -62,6 +62,15 @@ type Config struct {
 	// batch or Close ends the wait at once. Default 2ms; negative: never
 	// wait.
 	DeferWait time.Duration
+	// MergeableTypes are the entity types whose queued writes may be
+	// merged (compaction). An update or delete of such an entity
+	// supersedes the update queued just before it when that one was
+	// never sent (attempt count 0): the later write carries the entity's
+	// whole data, so the earlier one adds nothing the server must see.
+	// The superseded operation is done at once, unsent, with MergedInto
+	// naming the later one. Leave out types whose every write the server
+	// must see (an audit trail, payments). Default none.
+	MergeableTypes []string
 	// OnCommit, if set, is called after each commit with the events the
 	// committed writes appended, in seq order. It runs on the committing
 	// goroutine: it must not block and must not call the Store.
@@ -74,9 +83,10 @@ type Config struct {
 // Store is the durable local queue: entities, operations, their indexes
 // and the change log, in one bbolt file. It is safe for concurrent use.
 type Store struct {
-	db   *bolt.DB
-	cfg  Config
-	path string
+	db        *bolt.DB
+	cfg       Config
+	path      string
+	mergeable map[string]bool // Config.MergeableTypes
 
 	// Group commit state (see update).
 	mu       sync.Mutex
@@ -105,6 +115,14 @@ func Open(path string, cfg Config) (*Store, error) {
 	cfg.BatchWait = cmp.Or(cfg.BatchWait, DefaultBatchWait)
 	cfg.DeferWait = cmp.Or(cfg.DeferWait, DefaultDeferWait)
 
+	mergeable := make(map[string]bool, len(cfg.MergeableTypes))
+	for _, t := range cfg.MergeableTypes {
+		if err := ValidateEntityType(t); err != nil {
+			return nil, fmt.Errorf("queue: Config.MergeableTypes: %w", err)
+		}
+		mergeable[t] = true
+	}
+
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:      cfg.LockTimeout,
 		FreelistType: bolt.FreelistMapType,
@@ -121,11 +139,12 @@ func Open(path string, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("queue: open %s: %w", path, err)
 	}
 	s := &Store{
-		db:      db,
-		cfg:     cfg,
-		path:    path,
-		arrived: make(chan struct{}, 1),
-		expect:  1,
+		db:        db,
+		cfg:       cfg,
+		path:      path,
+		mergeable: mergeable,
+		arrived:   make(chan struct{}, 1),
+		expect:    1,
 	}
 	var recovered int
 	err = db.Update(func(tx *bolt.Tx) error {

@@ -114,6 +114,12 @@ type Operation struct {
 	// apply the operation (the daemon records a plain failure and the key
 	// is kept); a replayed one is. A new key clears it.
 	MaybeApplied bool `json:"maybeApplied,omitempty"`
+	// MergedInto is set on an update that was never sent because a later
+	// write of its entity superseded it (Config.MergeableTypes): the id
+	// of that write's operation, which carries this one's data or deletes
+	// the entity. Such an operation is done with no attempt; the server
+	// sees its effect when the later one completes.
+	MergedInto string `json:"mergedInto,omitempty"`
 }
 
 // Key returns the Idempotency-Key to send: RemoteKey, or ID when the

@@ -99,7 +99,8 @@ func (s *Store) validate(w *Write) error {
 // partition head the server declined drops the partition's operations
 // first, none of which reached the server; over a create the server never
 // had, it is done at once (Result.Operation.State is done) and the row
-// goes.
+// goes. An update or delete of a mergeable type supersedes the unsent
+// update queued just before it (Config.MergeableTypes).
 func (s *Store) Apply(ctx context.Context, w Write) (Result, error) {
 	if err := s.prepare(&w); err != nil {
 		return Result{}, err
@@ -207,6 +208,13 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	if w.Op == OpDelete && head != nil && head.State == StatePermanentFailed && head.Declined {
 		return tx.deleteOverDeclined(e, op, head)
 	}
+	if w.Op != OpCreate && head != nil && tx.s.mergeable[w.EntityType] {
+		if merged, err := tx.mergeTail(op); err != nil {
+			return Result{}, err
+		} else if merged != nil && merged.Seq == head.Seq {
+			head = nil // op is the partition's head now
+		}
+	}
 	// An update of an entity whose head the server declined is the
 	// user's fix: the head goes again at once, with the data this update
 	// makes, under a new key (Operation.Declined). Not a declined delete
@@ -272,20 +280,13 @@ func (tx *txw) deleteOverDeclined(e *Entity, del, head *Operation) (Result, erro
 		}
 		return Result{Entity: *e, Operation: *del}, tx.opEvent(del)
 	}
-	del.State, del.CompletedAt = StateDone, tx.now
-	if err := tx.saveOp(del); err != nil {
-		return Result{}, err
-	}
 	if err := tx.put(tx.b(bucketOpIDs), []byte(del.ID), u64(del.Seq)); err != nil {
 		return Result{}, err
 	}
-	if err := tx.put(tx.b(bucketDone), timeSeqKey(del.CompletedAt, del.Seq), nil); err != nil {
+	if err := tx.count(del, StatePending, 1); err != nil {
 		return Result{}, err
 	}
-	if err := tx.count(del, StateDone, 1); err != nil {
-		return Result{}, err
-	}
-	if err := tx.opEvent(del); err != nil {
+	if err := tx.doneUnsent(del); err != nil {
 		return Result{}, err
 	}
 	e.SyncState, e.SyncedOperationID = SyncSynced, ""
@@ -293,6 +294,49 @@ func (tx *txw) deleteOverDeclined(e *Entity, del, head *Operation) (Result, erro
 		return Result{}, err
 	}
 	return Result{Entity: *e, Operation: *del}, tx.entityEvent(e, EventEntityRemoved)
+}
+
+// mergeTail supersedes the last operation of op's partition by op, a new
+// update or delete of an entity of a mergeable type, when nothing of it
+// can have reached the server: an update, pending, never attempted. It
+// returns the superseded operation, or nil. An update carries the
+// entity's whole data and a delete removes it, so the server ends the
+// same without the earlier update; its id keeps answering the app's
+// Idempotency-Key replay.
+func (tx *txw) mergeTail(op *Operation) (*Operation, error) {
+	tail, err := tx.partitionTail(op.AccountID, op.EntityType, op.EntityID)
+	if err != nil || tail == nil {
+		return nil, err
+	}
+	if tail.Type != OpUpdate || tail.State != StatePending || tail.AttemptCount != 0 {
+		return nil, nil
+	}
+	if err := tx.finish(tail); err != nil {
+		return nil, err
+	}
+	tail.MergedInto = op.ID
+	return tail, tx.doneUnsent(tail)
+}
+
+// doneUnsent records a pending operation done without sending it: its
+// effect holds without the server (a delete of what the server never
+// had), or a later operation carries it (MergedInto). The operation is in
+// no unfinished index; its count is moved and its row saved.
+func (tx *txw) doneUnsent(op *Operation) error {
+	if err := tx.count(op, op.State, -1); err != nil {
+		return err
+	}
+	if err := tx.count(op, StateDone, 1); err != nil {
+		return err
+	}
+	op.State, op.CompletedAt = StateDone, tx.now
+	if err := tx.saveOp(op); err != nil {
+		return err
+	}
+	if err := tx.put(tx.b(bucketDone), timeSeqKey(op.CompletedAt, op.Seq), nil); err != nil {
+		return err
+	}
+	return tx.opEvent(op)
 }
 
 // newOperation makes a pending operation of type typ for e as it is now:

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -869,4 +871,90 @@ func TestDeleteOverDeclined(t *testing.T) {
 		}
 		mustCheck(t, s)
 	})
+}
+
+// Config.MergeableTypes: an update or delete of a mergeable entity
+// supersedes the update queued just before it when that one was never
+// sent. Nothing else is merged.
+func TestMergeableTypes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{NoSync: true, MergeableTypes: []string{"note"}})
+	update := func(typ, id, data string) Result {
+		t.Helper()
+		return mustApply(t, s, Write{Op: OpUpdate, EntityType: typ, EntityID: id, Data: json.RawMessage(data)})
+	}
+	ids := func(typ, id string) []string {
+		t.Helper()
+		var out []string
+		err := s.db.View(func(tx *bolt.Tx) error {
+			ops, err := (&txw{tx: tx, s: s}).partitionOps("acct", typ, id)
+			for _, op := range ops {
+				out = append(out, op.ID)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	// A create is never merged, and an update does not supersede it.
+	c := create(t, s, "n1", `{"v":0}`)
+	u1 := update("note", "n1", `{"v":1}`)
+	u2 := update("note", "n1", `{"v":2}`)
+	if got, want := ids("note", "n1"), []string{c.Operation.ID, u2.Operation.ID}; !slices.Equal(got, want) {
+		t.Fatalf("queued after create, update, update: %v, want %v", got, want)
+	}
+	op, err := s.GetOperation(u1.Operation.ID)
+	if err != nil || op.State != StateDone || op.MergedInto != u2.Operation.ID || op.AttemptCount != 0 {
+		t.Fatalf("superseded update: %s mergedInto %q attempts %d, %v", op.State, op.MergedInto, op.AttemptCount, err)
+	}
+	// Its id still answers the app's replay, with its first answer.
+	if r, err := s.Apply(ctx, Write{Op: OpUpdate, AccountID: "acct", EntityType: "note", EntityID: "n1", OperationID: u1.Operation.ID, Data: json.RawMessage(`{"v":1}`)}); err != nil || !r.Replayed {
+		t.Fatalf("replay of the superseded update: %+v, %v", r.Operation, err)
+	}
+
+	// An update being sent is not merged; the one queued behind it is.
+	for range 2 { // the create, then u2
+		op, err := s.Claim(ctx, "acct", "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if op.ID == c.Operation.ID {
+			if _, err := s.Complete(ctx, op.ID, "w", Completion{ServerID: "srv-1"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	u3 := update("note", "n1", `{"v":3}`)
+	u4 := update("note", "n1", `{"v":4}`)
+	if got, want := ids("note", "n1"), []string{u2.Operation.ID, u4.Operation.ID}; !slices.Equal(got, want) {
+		t.Fatalf("queued behind a sending update: %v, want %v", got, want)
+	}
+	// A delete supersedes the unsent update too.
+	d := mustApply(t, s, Write{Op: OpDelete, EntityID: "n1"})
+	if got, want := ids("note", "n1"), []string{u2.Operation.ID, d.Operation.ID}; !slices.Equal(got, want) {
+		t.Fatalf("queued after the delete: %v, want %v", got, want)
+	}
+	if op, err := s.GetOperation(u4.Operation.ID); err != nil || op.MergedInto != d.Operation.ID {
+		t.Errorf("update superseded by the delete: mergedInto %q, %v", op.MergedInto, err)
+	}
+	if op, err := s.GetOperation(u3.Operation.ID); err != nil || op.MergedInto != u4.Operation.ID {
+		t.Errorf("u3: mergedInto %q, %v", op.MergedInto, err)
+	}
+
+	// A type that is not mergeable keeps every write.
+	p := mustApply(t, s, Write{Op: OpCreate, EntityType: "payment", EntityID: "p1", Data: json.RawMessage(`{"v":0}`)})
+	p1 := update("payment", "p1", `{"v":1}`)
+	p2 := update("payment", "p1", `{"v":2}`)
+	if got, want := ids("payment", "p1"), []string{p.Operation.ID, p1.Operation.ID, p2.Operation.ID}; !slices.Equal(got, want) {
+		t.Fatalf("payment queue: %v, want %v", got, want)
+	}
+	mustCheck(t, s)
+
+	if _, err := Open(filepath.Join(t.TempDir(), "x.db"), Config{MergeableTypes: []string{"bad type!"}}); err == nil {
+		t.Error("Open took an invalid mergeable type")
+	}
 }

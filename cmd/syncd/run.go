@@ -87,10 +87,11 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 		logger.Info("run: compacted the data file", "before_bytes", before, "after_bytes", after)
 	}
 	store, err := queue.Open(dbPath, queue.Config{
-		Logger:        logger,
-		LockTimeout:   rc.LockTimeout,
-		MaxDataBytes:  rc.MaxDataBytes,
-		DoneRetention: rc.DoneRetention,
+		Logger:         logger,
+		LockTimeout:    rc.LockTimeout,
+		MaxDataBytes:   rc.MaxDataBytes,
+		DoneRetention:  rc.DoneRetention,
+		MergeableTypes: rc.MergeableTypes,
 		OnCommit: func(events []queue.Event) {
 			bus.Publish(events)
 			totals.Observe(events)

@@ -126,6 +126,9 @@ type Entity struct {
 	CreatedAt       time.Time       `json:"createdAt"`
 	UpdatedAt       time.Time       `json:"updatedAt"`
 	LastOperationID string          `json:"lastOperationId"`
+	// SyncedOperationID is the operation whose data the server was last
+	// known to hold; empty when that is not known.
+	SyncedOperationID string `json:"syncedOperationId,omitempty"`
 	// OperationID is the operation a write made (write answers only).
 	OperationID string `json:"operationId,omitempty"`
 	// Replayed is true when a write with an Idempotency-Key repeated an
@@ -143,16 +146,21 @@ type Operation struct {
 	EntityID       string          `json:"entityId"`
 	PayloadVersion int64           `json:"payloadVersion"`
 	Payload        json.RawMessage `json:"payload,omitempty"`
-	State          string          `json:"state"`
-	AttemptCount   int             `json:"attemptCount"`
-	NextAttemptAt  time.Time       `json:"nextAttemptAt"`
-	LeaseOwner     string          `json:"leaseOwner,omitempty"`
-	LeaseExpiresAt time.Time       `json:"leaseExpiresAt,omitzero"`
-	LastErrorCode  string          `json:"lastErrorCode,omitempty"`
-	LastError      string          `json:"lastError,omitempty"`
-	CreatedAt      time.Time       `json:"createdAt"`
-	CompletedAt    time.Time       `json:"completedAt,omitzero"`
-	UserRetriedAt  time.Time       `json:"userRetriedAt,omitzero"`
+	// PayloadFingerprint identifies the payload sent; RequestFingerprint
+	// the app request that made the operation (its Idempotency-Key replay
+	// must match it).
+	PayloadFingerprint string    `json:"payloadFingerprint"`
+	RequestFingerprint string    `json:"requestFingerprint,omitempty"`
+	State              string    `json:"state"`
+	AttemptCount       int       `json:"attemptCount"`
+	NextAttemptAt      time.Time `json:"nextAttemptAt"`
+	LeaseOwner         string    `json:"leaseOwner,omitempty"`
+	LeaseExpiresAt     time.Time `json:"leaseExpiresAt,omitzero"`
+	LastErrorCode      string    `json:"lastErrorCode,omitempty"`
+	LastError          string    `json:"lastError,omitempty"`
+	CreatedAt          time.Time `json:"createdAt"`
+	CompletedAt        time.Time `json:"completedAt,omitzero"`
+	UserRetriedAt      time.Time `json:"userRetriedAt,omitzero"`
 	// Declined: the server answered that it did not apply this failed
 	// operation. An update of its entity, or Retry, sends the entity's
 	// current data under a new key (RemoteKey).
@@ -161,6 +169,10 @@ type Operation struct {
 	// MaybeApplied: an attempt under the current key went out without a
 	// definite answer, so a 4xx after it is not taken as declined.
 	MaybeApplied bool `json:"maybeApplied,omitempty"`
+	// MergedInto: a later write of the entity superseded this update
+	// before it was ever sent (a mergeable type); the id of that later
+	// operation, which carries its data. The operation is done.
+	MergedInto string `json:"mergedInto,omitempty"`
 }
 
 // Status is syncd's one-screen summary.

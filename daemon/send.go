@@ -134,7 +134,7 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		d.metrics.attempt(doneResult(o))
 		comp := queue.Completion{ServerID: o.ServerID, OtherData: o.OtherData, ServerPayloadVersion: o.ServerPayloadVersion}
 		if o.OtherData {
-			d.logger.Warn("daemon: the server already held other data under the create's id; sending the entity's data as an update", "operation", op.ID, "entityType", op.EntityType, "entityId", op.EntityID, "serverId", o.ServerID)
+			d.logger.Warn("daemon: the server already held other data under the create's id; the entity's data follows as an update unless it is deleted", "operation", op.ID, "entityType", op.EntityType, "entityId", op.EntityID, "serverId", o.ServerID)
 		}
 		if !chain || d.stopping() || !d.current(c.sess) {
 			if _, err := d.store.Complete(ctx, op.ID, c.owner, comp); err != nil {

@@ -158,19 +158,33 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 	if op.Type == OpDelete {
 		synced = ""
 	}
-	if op.Type == OpCreate && c.OtherData && !e.Deleted {
-		// The server holds other data than this create's: send the
-		// entity's, after whatever of it is queued already.
-		if err := tx.queueResend(e, c.ServerPayloadVersion); err != nil {
-			return nil, err
+	resent := false
+	if op.Type == OpCreate && c.OtherData {
+		// The server holds other data than this create's, so it does not
+		// hold this op's data, even if the entity's delete is queued (a
+		// discarded delete must not bring back data the server never had).
+		synced = ""
+		if !e.Deleted {
+			// Send the entity's data, after whatever of it is queued.
+			if err := tx.queueResend(e, c.ServerPayloadVersion); err != nil {
+				return nil, err
+			}
+			resent, changed = true, true
 		}
-		synced, changed = "", true
 	}
 	if e.SyncedOperationID != synced {
 		e.SyncedOperationID, changed = synced, true
 	}
 	// One load and at most one save of the row per completion.
-	return op, tx.reconcile(e, changed)
+	if err := tx.reconcile(e, changed); err != nil {
+		return nil, err
+	}
+	if resent {
+		// The entity stays pending, so reconcile reported nothing; its
+		// version and last operation changed.
+		return op, tx.entityEvent(e, EventEntityChanged)
+	}
+	return op, nil
 }
 
 // queueResend queues an update of e's current data at the tail of its
@@ -182,7 +196,7 @@ func (tx *txw) queueResend(e *Entity, serverVersion int64) error {
 	if err != nil {
 		return err
 	}
-	e.Version = max(e.Version, serverVersion) + 1
+	e.Version = min(max(e.Version, serverVersion), math.MaxInt64-1) + 1
 	e.LastOperationID = uuid.NewString()
 	op, err := tx.newOperation(e, OpUpdate, e.LastOperationID, "")
 	if err != nil {

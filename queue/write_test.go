@@ -660,7 +660,8 @@ func TestAppendOrderedBucketsArePacked(t *testing.T) {
 // the entity is deleted locally, and only once.
 func TestCompleteWithOtherDataQueuesUpdate(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t, Config{NoSync: true})
+	var events []Event // OnCommit runs on the writing goroutine: this one
+	s, _ := setup(t, Config{NoSync: true, OnCommit: func(es []Event) { events = append(events, es...) }})
 	ctx := context.Background()
 	claim := func(wantID string) {
 		t.Helper()
@@ -674,6 +675,7 @@ func TestCompleteWithOtherDataQueuesUpdate(t *testing.T) {
 	c := create(t, s, "a", `{"v":1}`).Operation
 	u := mustApply(t, s, Write{Op: OpUpdate, EntityID: "a", Data: json.RawMessage(`{"w":2}`)}).Operation
 	claim(c.ID)
+	events = nil
 	for range 2 { // the second completion is a redo and changes nothing
 		if _, err := s.Complete(ctx, c.ID, "w", other); err != nil {
 			t.Fatal(err)
@@ -682,6 +684,10 @@ func TestCompleteWithOtherDataQueuesUpdate(t *testing.T) {
 	e, err := s.EntityRow("acct", "note", "a")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The entity stays pending, but its version changed: apps hear of it.
+	if n := countEvents(events, EventEntityChanged, e.LastOperationID); n != 1 {
+		t.Errorf("%d entity.changed events naming the follow-up, want 1: %+v", n, events)
 	}
 	if e.Version != 8 || e.LastOperationID == u.ID || e.SyncState != SyncPending || e.SyncedOperationID != "" || e.ServerID != "srv" {
 		t.Fatalf("entity after the completion: %+v", e)
@@ -719,6 +725,21 @@ func TestCompleteWithOtherDataQueuesUpdate(t *testing.T) {
 	if ops, _, _ := s.ListOperations(ListOptions{State: StatePending}); len(ops) != 1 || ops[0].ID != d.ID {
 		t.Fatalf("pending after a create with a delete behind: %+v", ops)
 	}
+	// The server does not hold the create's data: a discarded delete must
+	// not bring it back as what the server holds.
+	if e, err := s.EntityRow("acct", "note", "b"); err != nil || e.SyncedOperationID != "" {
+		t.Fatalf("entity b: syncedOperationId %q, %v; want none", e.SyncedOperationID, err)
+	}
+}
+
+func countEvents(events []Event, typ, opID string) int {
+	n := 0
+	for _, ev := range events {
+		if ev.Type == typ && ev.OperationID == opID {
+			n++
+		}
+	}
+	return n
 }
 
 // A delete of an entity whose head the server declined does not wait

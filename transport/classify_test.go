@@ -34,10 +34,28 @@ func TestClassifyStatus(t *testing.T) {
 		serverVer  int64
 	}{
 		{
-			name:     "200 create holding the data sent, and more",
+			name:     "200 create holding the data sent, and more (a discarded create may have left it)",
 			req:      createReq(),
 			handler:  reply(200, `{"id":"srv-9","data":{"title":"hi","addedByServer":true},"payloadVersion":3}`),
+			decision: Done, serverID: "srv-9", otherData: true, serverVer: 3,
+		},
+		{
+			name:     "200 create holding the data sent, written otherwise",
+			req:      createReq(),
+			handler:  reply(200, `{"id":"srv-9","data":{ "title" : "hi" },"payloadVersion":3}`),
 			decision: Done, serverID: "srv-9",
+		},
+		{
+			name:     "200 create holding other data, a version written 7.0",
+			req:      createReq(),
+			handler:  reply(200, `{"id":"srv-9","data":{"title":"old"},"payloadVersion":7.0}`),
+			decision: Done, serverID: "srv-9", otherData: true, serverVer: 7,
+		},
+		{
+			name:     "200 create holding other data, a version that is no whole number",
+			req:      createReq(),
+			handler:  reply(200, `{"id":"srv-9","data":{"title":"old"},"payloadVersion":7.5}`),
+			decision: Done, serverID: "srv-9", otherData: true,
 		},
 		{
 			name:     "200 create holding other data",
@@ -46,10 +64,10 @@ func TestClassifyStatus(t *testing.T) {
 			decision: Done, serverID: "srv-9", otherData: true, serverVer: 5,
 		},
 		{
-			name:     "200 create lacking a member sent, replayed, no version",
+			name:     "200 create lacking a member sent, replayed, the version a string",
 			req:      createReq(),
 			handler:  reply(200, `{"id":"srv-9","data":{},"payloadVersion":"5"}`, "Idempotent-Replayed", "true"),
-			decision: Done, serverID: "srv-9", otherData: true, replayed: true,
+			decision: Done, serverID: "srv-9", otherData: true, serverVer: 5, replayed: true,
 		},
 		{
 			name:     "200 create without data",

@@ -316,9 +316,11 @@ func serverID(body []byte, path []string) (string, bool) {
 }
 
 // otherData reports whether the record in a create's answer (its "data"
-// object) lacks a member of sent or holds another value for one, and
-// returns the record's "payloadVersion". Members the server added are
-// not a difference.
+// object) holds other data than sent, and returns the record's
+// "payloadVersion". Any difference counts, a member the server holds
+// that the create did not send too: it may be what a discarded earlier
+// create left there, and a false alarm costs only one update of the same
+// data, where a missed one leaves the discarded data on the server.
 func otherData(body []byte, sent json.RawMessage) (differs bool, version int64) {
 	var rec struct {
 		Data           json.RawMessage `json:"data"`
@@ -331,16 +333,26 @@ func otherData(body []byte, sent json.RawMessage) (differs bool, version int64) 
 	if decodeObject(rec.Data, &held) != nil || held == nil || decodeObject(sent, &want) != nil {
 		return false, 0
 	}
-	for k, v := range want {
-		if h, ok := held[k]; !ok || !reflect.DeepEqual(h, v) {
-			differs = true
-			break
-		}
+	if reflect.DeepEqual(held, want) {
+		return false, 0
 	}
-	if differs {
-		version, _ = strconv.ParseInt(string(rec.PayloadVersion), 10, 64)
+	return true, payloadVersion(rec.PayloadVersion)
+}
+
+// payloadVersion reads a record's version: a JSON number or a string of
+// one, as long as it is a whole number. Anything else is 0, unknown.
+func payloadVersion(raw json.RawMessage) int64 {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		s = string(raw)
 	}
-	return differs, version
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+		return int64(f)
+	}
+	return 0
 }
 
 // decodeObject decodes a JSON object keeping numbers as written.

@@ -641,6 +641,54 @@ func TestMergeableUpdatesSentOnce(t *testing.T) {
 	e.wantState(d.Operation.ID, queue.StateDone)
 }
 
+// A delete the server refused, then discarded, brings the entity back;
+// the updates made before it that never went (superseded by the delete,
+// or refused and dropped by it) must not leave the entity "synced" with
+// data the server does not hold: its data goes as an update.
+func TestDiscardedDeleteSendsTheData(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{mergeable: []string{"note"}})
+	e.create("n1", `{"v":1}`)
+	e.create("n2", `{"v":1}`)
+	e.drain()
+	u2 := e.update("n2", `{"invalid":true}`)
+	e.drain()
+	e.wantState(u2.Operation.ID, queue.StatePermanentFailed)
+
+	u1 := e.update("n1", `{"v":2}`) // superseded by the delete
+	d1 := e.del("n1")
+	d2 := e.del("n2") // drops the declined update
+	forbid := respondWhile(e, 403)
+	e.drain()
+	forbid.Store(false)
+	for _, d := range []queue.Result{d1, d2} {
+		if op := e.wantState(d.Operation.ID, queue.StatePermanentFailed); !op.Declined {
+			t.Fatalf("delete %s not declined", op.ID)
+		}
+		if err := e.store.Discard(context.Background(), d.Operation.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if op := e.op(u1.Operation.ID); op.MergedInto != d1.Operation.ID {
+		t.Fatalf("update of n1: mergedInto %q, want the delete", op.MergedInto)
+	}
+	for _, id := range []string{"n1", "n2"} {
+		if ent := e.entity(id); ent.SyncState != queue.SyncPending {
+			t.Errorf("%s after the discard: %s, want pending (its data follows)", id, ent.SyncState)
+		}
+	}
+	e.drain()
+	if ent := e.entity("n1"); ent.SyncState != queue.SyncSynced {
+		t.Errorf("n1: %s %q, want synced", ent.SyncState, ent.SyncError)
+	}
+	jsonEq(t, e.oneRecord("n1").Data, `{"v":2}`)
+	// n2's data is what the server refused: refused again, and shown.
+	if ent := e.entity("n2"); ent.SyncState != queue.SyncFailed {
+		t.Errorf("n2: %s, want failed", ent.SyncState)
+	}
+	jsonEq(t, e.oneRecord("n2").Data, `{"v":1}`)
+}
+
 // A 403 (the user lacked permission) is declined too: once the
 // permission is fixed on the server, the user's retry goes under a new
 // key instead of replaying the stored 403.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +29,10 @@ type modelOp struct {
 	renewed                bool   // a new key is due since then
 }
 
-type modelEntity struct{ deleted, serverID bool }
+type modelEntity struct {
+	deleted, serverID bool
+	synced            bool // syncedOperationId is set (every payload is the same data)
+}
 
 type model struct {
 	ops      []*modelOp
@@ -139,18 +143,6 @@ func TestClaimMatchesModel(t *testing.T) {
 				if err != nil {
 					return
 				}
-				if u := m.unfinished(p); mergeable && typ != OpCreate && len(u) > 0 {
-					// An update or delete supersedes an unsent update.
-					if tail := u[len(u)-1]; tail.typ == OpUpdate && tail.state == StatePending && !tail.claimed {
-						tail.state = StateDone
-					}
-				}
-				if typ == OpUpdate {
-					// An update releases a declined head that is no delete.
-					if u := m.unfinished(p); len(u) > 0 && u[0].state == StatePermanentFailed && u[0].declined && u[0].typ != OpDelete {
-						u[0].state, u[0].nextAt, u[0].declined, u[0].maybe, u[0].renewed = StatePending, clock.Now(), false, false, true
-					}
-				}
 				m.seq++
 				op := &modelOp{id: r.Operation.ID, account: acct, partition: p, typ: typ, seq: m.seq, state: StatePending, nextAt: clock.Now()}
 				if u := m.unfinished(p); typ == OpDelete && len(u) > 0 && u[0].state == StatePermanentFailed && u[0].declined {
@@ -169,9 +161,22 @@ func TestClaimMatchesModel(t *testing.T) {
 					m.ops = append(m.ops, op)
 					return
 				}
+				if u := m.unfinished(p); mergeable && typ != OpCreate && len(u) > 0 {
+					// An update or delete supersedes an unsent update.
+					if tail := u[len(u)-1]; tail.typ == OpUpdate && tail.state == StatePending && !tail.claimed {
+						tail.state = StateDone
+					}
+				}
+				if typ == OpUpdate {
+					// An update releases a declined head that is no delete.
+					if u := m.unfinished(p); len(u) > 0 && u[0].state == StatePermanentFailed && u[0].declined && u[0].typ != OpDelete {
+						u[0].state, u[0].nextAt, u[0].declined, u[0].maybe, u[0].renewed = StatePending, clock.Now(), false, false, true
+					}
+				}
 				if typ == OpCreate {
-					// Made again over a deleted row: it keeps its server id.
-					m.entities[p] = &modelEntity{serverID: e != nil && e.serverID}
+					// Made again over a deleted row: it keeps its server
+					// id and what it knew the server held.
+					m.entities[p] = &modelEntity{serverID: e != nil && e.serverID, synced: e != nil && e.synced}
 				}
 				if typ == OpDelete {
 					e.deleted = true
@@ -211,7 +216,7 @@ func TestClaimMatchesModel(t *testing.T) {
 					}
 					op.state = StateDone
 					if e := m.entities[op.partition]; e != nil {
-						e.serverID = true
+						e.serverID, e.synced = true, op.typ != OpDelete
 					}
 					m.settle(op.partition)
 				case 1:
@@ -278,13 +283,27 @@ func TestClaimMatchesModel(t *testing.T) {
 					return
 				}
 				m.remove(op)
+				e := m.entities[op.partition]
+				if !op.declined {
+					e.synced = false // the server may hold its effect
+				}
 				if op.typ == OpDelete {
-					e := m.entities[op.partition]
 					e.deleted = false
+					next := m.unfinished(op.partition)
 					// A create made again behind it, never sent, becomes
 					// an update of the entity the server still holds.
-					if next := m.unfinished(op.partition); op.declined && len(next) > 0 && next[0].typ == OpCreate && !next[0].claimed && e.serverID {
+					if op.declined && len(next) > 0 && next[0].typ == OpCreate && !next[0].claimed && e.serverID {
 						next[0].typ = OpUpdate
+					}
+					// With nothing queued behind it, the entity's data
+					// goes as an update unless the server holds it.
+					if op.declined && len(next) == 0 && !e.synced {
+						row, err := s.EntityRow(op.account, "note", strings.TrimPrefix(op.partition, op.account+"\x00note\x00"))
+						if err != nil {
+							rt.Fatal(err)
+						}
+						m.seq++
+						m.ops = append(m.ops, &modelOp{id: row.LastOperationID, account: op.account, partition: op.partition, typ: OpUpdate, seq: m.seq, state: StatePending, nextAt: clock.Now()})
 					}
 				}
 				m.settle(op.partition)

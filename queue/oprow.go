@@ -108,6 +108,7 @@ func (w *txw) opEvent(op *Operation) error {
 		OperationID: op.ID,
 		State:       op.State,
 		ErrorCode:   op.LastErrorCode,
+		MergedInto:  op.MergedInto,
 	})
 }
 

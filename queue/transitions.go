@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -398,7 +399,8 @@ func (tx *txw) userRetry(op *Operation) error {
 // entity and created it again under the same id, the new create and what
 // follows it stay, and so does the entity. Discarding an update brings
 // the data back to the server's (revertToSynced) when it can; discarding
-// a delete brings the entity back.
+// a delete brings the entity back, and after a declined one sends its
+// data when the server may not hold it (resendIfUnsynced).
 func (s *Store) Discard(ctx context.Context, id string) error {
 	return s.update(ctx, func(tx *txw) error {
 		op, err := tx.loadOp(id)
@@ -455,6 +457,11 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 			return tx.entityEvent(e, EventEntityRemoved)
 		case op.Type == OpDelete && e.Deleted:
 			e.Deleted = false
+			if op.Declined {
+				if err := tx.resendIfUnsynced(e); err != nil {
+					return err
+				}
+			}
 			if err := tx.saveEntity(e); err != nil {
 				return err
 			}
@@ -498,6 +505,32 @@ func (tx *txw) revertToSynced(e *Entity) error {
 	e.Version++
 	e.UpdatedAt = tx.now
 	return tx.saveEntity(e)
+}
+
+// resendIfUnsynced is part of discarding a delete of e that the server
+// declined: e is back, and the server holds it live, but not necessarily
+// with e's data. Updates made before the delete may never have gone: a
+// mergeable one superseded by the delete, or a declined one the delete
+// dropped. Unless something of e is still queued (it carries e's data)
+// or the server is known to hold exactly e's data (its last synced
+// operation's payload), an update of e's data is queued, as for a create
+// answered with other data. The caller saves e.
+func (tx *txw) resendIfUnsynced(e *Entity) error {
+	head, err := tx.partitionHead(e.AccountID, e.Type, e.ID)
+	if err != nil || head != nil {
+		return err
+	}
+	if e.SyncedOperationID != "" {
+		synced, err := tx.loadOp(e.SyncedOperationID)
+		if err != nil && !errors.Is(err, ErrOperationNotFound) {
+			return err
+		}
+		if err == nil && synced.State == StateDone && synced.Type != OpDelete && synced.AccountID == e.AccountID &&
+			synced.EntityType == e.Type && synced.EntityID == e.ID && bytes.Equal(synced.Payload, e.Data) {
+			return nil
+		}
+	}
+	return tx.queueResend(e, 0)
 }
 
 // createBecomesUpdate is part of discarding the delete del: if the server

@@ -238,6 +238,10 @@ type Event struct {
 	State     State     `json:"state,omitempty"`
 	SyncState SyncState `json:"syncState,omitempty"`
 	ErrorCode string    `json:"errorCode,omitempty"`
+	// MergedInto is set on the operation.state event of an update that
+	// went done unsent, superseded by a later write (Operation.MergedInto):
+	// its data reaches the server with that operation, not yet.
+	MergedInto string `json:"mergedInto,omitempty"`
 	// Data carries event-specific fields (session and status events).
 	Data json.RawMessage `json:"data,omitempty"`
 }

@@ -253,7 +253,8 @@ func (tx *txw) apply(w *Write) (Result, error) {
 // partition's operations go unsent, as the user's discard would drop them,
 // and the entity does not stay failed over a write the user has deleted.
 // If the head is a create of an id the server has never answered for (no
-// server id), the server holds no record of e: the delete has nothing to
+// server id), the server holds no record of e as far as syncd can know
+// (a discarded create may have reached it): the delete has nothing to
 // send and is recorded done at once (its id still answers the app's
 // Idempotency-Key replay), and e's row goes. Otherwise the server may hold
 // e live, and the delete goes first; a server that holds no such record

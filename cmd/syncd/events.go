@@ -97,6 +97,9 @@ func eventLine(e client.Event) string {
 		if e.ErrorCode != "" {
 			s += " error=" + e.ErrorCode
 		}
+		if e.MergedInto != "" {
+			s += " merged_into=" + e.MergedInto
+		}
 		return s
 	case e.Type == "queue.totals":
 		var d struct {

@@ -18,17 +18,20 @@ import (
 
 // Event is one sync-state event. Seq only grows, across restarts too.
 type Event struct {
-	Seq         uint64          `json:"seq"`
-	Time        time.Time       `json:"time"`
-	Type        string          `json:"type"`
-	AccountID   string          `json:"accountId,omitempty"`
-	EntityType  string          `json:"entityType,omitempty"`
-	EntityID    string          `json:"entityId,omitempty"`
-	OperationID string          `json:"operationId,omitempty"`
-	State       string          `json:"state,omitempty"`
-	SyncState   string          `json:"syncState,omitempty"`
-	ErrorCode   string          `json:"errorCode,omitempty"`
-	Data        json.RawMessage `json:"data,omitempty"`
+	Seq         uint64    `json:"seq"`
+	Time        time.Time `json:"time"`
+	Type        string    `json:"type"`
+	AccountID   string    `json:"accountId,omitempty"`
+	EntityType  string    `json:"entityType,omitempty"`
+	EntityID    string    `json:"entityId,omitempty"`
+	OperationID string    `json:"operationId,omitempty"`
+	State       string    `json:"state,omitempty"`
+	SyncState   string    `json:"syncState,omitempty"`
+	ErrorCode   string    `json:"errorCode,omitempty"`
+	// MergedInto: an update done unsent, superseded by this later
+	// operation, which carries its data (mergeable types).
+	MergedInto string          `json:"mergedInto,omitempty"`
+	Data       json.RawMessage `json:"data,omitempty"`
 }
 
 // EventResync tells the subscriber that events it asked for are no

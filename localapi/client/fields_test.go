@@ -16,6 +16,7 @@ func TestClientTypesCarryEveryMember(t *testing.T) {
 	for _, c := range []struct{ api, client any }{
 		{queue.Entity{}, client.Entity{}},
 		{queue.Operation{}, client.Operation{}},
+		{queue.Event{}, client.Event{}},
 	} {
 		have := jsonNames(reflect.TypeOf(c.client))
 		for name := range jsonNames(reflect.TypeOf(c.api)) {

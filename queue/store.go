@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -569,15 +568,6 @@ func (w *txw) event(e Event) error {
 	}
 	w.events = append(w.events, e)
 	return nil
-}
-
-// fileSize returns the size of the data file.
-func (s *Store) fileSize() int64 {
-	fi, err := os.Stat(s.path)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
 }
 
 type deferrableKey struct{}

@@ -28,6 +28,11 @@ var (
 	// ErrKeyReused is returned when a write carries an operation id that
 	// names an existing operation made from another request.
 	ErrKeyReused = errors.New("queue: operation id reused with another request")
+	// ErrStorageFull is returned by a write that found no room: the disk
+	// is full, or the queue reached its configured size limit. Nothing
+	// of the write was kept, and writes work again by themselves once
+	// there is room. The wrapped message says which limit was hit.
+	ErrStorageFull = errors.New("queue: storage full")
 	// ErrNotPurgeable is returned by PurgeAccount when the account still
 	// has operations that have not reached the server and force is false.
 	ErrNotPurgeable = errors.New("queue: account has unsynced operations")

@@ -1,0 +1,17 @@
+//go:build !linux
+
+package queue
+
+import "errors"
+
+// The page-cache measurements need Linux; elsewhere start-up is measured
+// by its time only.
+
+var errNoPageCache = errors.New("page cache measurements need Linux")
+
+func evictFile(string) (bool, error)           { return false, nil }
+func residentPages(string) (int, int, error)   { return 0, 0, errNoPageCache }
+func procIO(int) (int64, error)                { return 0, errNoPageCache }
+func procRSS(int) (rss, file int64, err error) { return 0, 0, errNoPageCache }
+
+const pageCacheMeasured = false

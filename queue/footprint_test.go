@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -51,9 +50,12 @@ func loadWrite(rnd *rand.Rand, spec loadSpec) Write {
 }
 
 // loadQueue fills a new store at path with spec.n creates, applied
-// through the same transaction code as Apply but many to a transaction,
-// and keeps the change log at its default history as the daemon's sweep
-// would. It closes the store, as a clean stop does.
+// through the same transaction code as Apply but many to a transaction
+// (a hundredth of them, at most 20,000: few enough that each transaction
+// lands in a small share of the trees' pages, as the app's writes do, so
+// the pages fill as they would), and keeps the change log at its default
+// history as the daemon's sweep would. It closes the store, as a clean
+// stop does.
 func loadQueue(tb testing.TB, path string, spec loadSpec) {
 	tb.Helper()
 	ctx := context.Background()
@@ -62,7 +64,7 @@ func loadQueue(tb testing.TB, path string, spec loadSpec) {
 		tb.Fatal(err)
 	}
 	rnd := rand.New(rand.NewPCG(uint64(spec.n), uint64(spec.payloadBytes)))
-	const chunk = 20000
+	chunk := min(max(spec.n/100, 1), 20000)
 	for done := 0; done < spec.n; {
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			w := &txw{tx: tx, s: s, now: s.now()}
@@ -134,30 +136,82 @@ func measureFootprint(tb testing.TB, path string) footprint {
 	return f
 }
 
+// perOp is the bytes per queued operation of the buckets that grow with
+// the queue: all but the change log, which the sweep keeps at
+// Config.EventHistory events whatever the queue's size.
+func (f footprint) perOp(n int) float64 {
+	total := 0
+	for _, u := range f.buckets {
+		if u.name != string(bucketEvents) {
+			total += u.alloc
+		}
+	}
+	return float64(total) / float64(n)
+}
+
 // report is one line per bucket, in bytes per queued operation.
 func (f footprint) report(n int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "file %d bytes for %d ops: %.0f bytes/op (%.0f of it free pages)\n", f.size, n, float64(f.size)/float64(n), float64(f.free)/float64(n))
+	fmt.Fprintf(&b, "%d ops: %.0f bytes/op in the queue's buckets; file %d bytes (%.0f bytes/op, %.0f of it free pages)\n", n, f.perOp(n), f.size, float64(f.size)/float64(n), float64(f.free)/float64(n))
 	for _, u := range f.buckets {
 		if u.alloc == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "  %-11s %8d keys  %7.1f bytes/op allocated, %7.1f in use (%.0f%%)\n", u.name, u.keys, float64(u.alloc)/float64(n), float64(u.inuse)/float64(n), 100*float64(u.inuse)/float64(u.alloc))
+		if u.name == string(bucketEvents) {
+			fmt.Fprintf(&b, "  %-11s %8d keys  %7.0f bytes in all (the last events only)\n", u.name, u.keys, float64(u.alloc))
+			continue
+		}
+		fmt.Fprintf(&b, "  %-11s %8d keys  %7.1f bytes/op in pages, %7.1f in use (%.0f%%)\n", u.name, u.keys, float64(u.alloc)/float64(n), float64(u.inuse)/float64(n), 100*float64(u.inuse)/float64(u.alloc))
 	}
 	return b.String()
 }
 
-// TestFootprint builds queues of small and of 10 KB creates and logs where
-// the file's bytes go, per bucket.
+// Bytes per queued create in the buckets that grow with the queue, at
+// most: the footprint TestFootprint holds the store to. Schema 2 (JSON
+// rows, the payload in both rows) took 1,700 and 24,000.
+const (
+	maxBytesPerSmallCreate = 900
+	maxBytesPer10KBCreate  = 12500
+)
+
+// TestFootprint builds queues of small and of 10 KB creates and checks
+// the bytes each takes, per bucket.
 func TestFootprint(t *testing.T) {
-	for _, spec := range []loadSpec{{n: 2000, payloadBytes: 100}, {n: 2000, payloadBytes: 10 << 10}} {
-		t.Run(fmt.Sprintf("payload=%d", spec.payloadBytes), func(t *testing.T) {
+	for _, tc := range []struct {
+		spec loadSpec
+		max  float64
+	}{
+		{loadSpec{n: 2000, payloadBytes: 100}, maxBytesPerSmallCreate},
+		{loadSpec{n: 500, payloadBytes: 10 << 10}, maxBytesPer10KBCreate},
+	} {
+		t.Run(fmt.Sprintf("payload=%d", tc.spec.payloadBytes), func(t *testing.T) {
 			t.Parallel()
 			path := filepath.Join(t.TempDir(), "syncd.db")
-			t0 := time.Now()
-			loadQueue(t, path, spec)
-			t.Logf("loaded in %v", time.Since(t0))
-			t.Log("\n" + measureFootprint(t, path).report(spec.n))
+			loadQueue(t, path, tc.spec)
+			f := measureFootprint(t, path)
+			t.Log("\n" + f.report(tc.spec.n))
+			if got := f.perOp(tc.spec.n); got > tc.max {
+				t.Errorf("%.0f bytes per queued create of %d bytes; want at most %.0f", got, tc.spec.payloadBytes, tc.max)
+			}
 		})
 	}
+}
+
+// BenchmarkFootprint prints where the bytes of a queue go, per bucket, for
+// 100,000 small creates and 10,000 creates of 10 KB, and reports the bytes
+// per queued create of each.
+func BenchmarkFootprint(b *testing.B) {
+	specs := []loadSpec{{n: 100000, payloadBytes: 100}, {n: 10000, payloadBytes: 10 << 10}}
+	perOp := make([]float64, len(specs))
+	for b.Loop() {
+		for i, spec := range specs {
+			path := filepath.Join(b.TempDir(), "syncd.db")
+			loadQueue(b, path, spec)
+			f := measureFootprint(b, path)
+			perOp[i] = f.perOp(spec.n)
+			fmt.Printf("footprint, creates of %d bytes: %s", spec.payloadBytes, f.report(spec.n))
+		}
+	}
+	b.ReportMetric(perOp[0], "bytes/small_create")
+	b.ReportMetric(perOp[1], "bytes/10KB_create")
 }

@@ -129,7 +129,7 @@ func TestFreelistWritten(t *testing.T) {
 	if !written() {
 		t.Fatal("a commit with a short free list did not write it")
 	}
-	fill(t, s, 3000)
+	fill(t, s, 8000)
 	if _, err := s.PurgeAccount(ctx, "acct", true); err != nil {
 		t.Fatal(err)
 	}
@@ -168,13 +168,16 @@ func TestCompactIfWorthItFromMeta(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "syncd.db")
 	clock := newClock()
-	s, err := Open(path, Config{Now: clock.Now, NoSync: true})
+	s, err := Open(path, Config{Now: clock.Now, NoSync: true, EventHistory: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fill(t, s, 3000)
+	fill(t, s, 8000)
 	// Most of the file free.
 	if _, err := s.PurgeAccount(ctx, "acct", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
 	create(t, s, "kept", `{"keep":true}`)

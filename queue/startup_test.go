@@ -23,7 +23,7 @@ var queueCache = flag.String("queue.cache", "", "directory where BenchmarkStartu
 
 // loadFormat names the file layout loadQueue produces; a cached queue of
 // another layout is built again.
-const loadFormat = "schema2-json-freelist"
+const loadFormat = "schema3"
 
 // cachedQueue returns the path of a queue of spec in dir. With
 // -queue.cache, the queue is built once per layout, kept there, and

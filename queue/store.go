@@ -188,13 +188,19 @@ func (s *Store) initBuckets(tx *bolt.Tx) error {
 	switch got := readU64(v); {
 	case got > schemaVersion:
 		return fmt.Errorf("queue: data file schema %d is newer than this syncd understands (%d)", got, schemaVersion)
-	case got == 1:
-		if err := buildAccountCounts(tx); err != nil {
-			return fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
+	case got < schemaVersion:
+		if got == 1 {
+			if err := buildAccountCounts(tx); err != nil {
+				return fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
+			}
+			if err := markMaybeApplied(tx); err != nil {
+				return fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
+			}
 		}
-		if err := markMaybeApplied(tx); err != nil {
-			return fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
-		}
+		// Schema 3 reads schema 2's JSON rows as they are and writes each
+		// in the binary form when it next changes (rowcodec.go): nothing
+		// to rewrite. The new number keeps an older syncd, which cannot
+		// read the binary rows, from opening the file.
 		return meta.Put(metaSchema, u64(schemaVersion))
 	}
 	return nil
@@ -207,19 +213,15 @@ func markMaybeApplied(tx *bolt.Tx) error {
 	ops := tx.Bucket(bucketOps)
 	c := tx.Bucket(bucketUnfinished).Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		var op Operation
-		if err := json.Unmarshal(ops.Get(k), &op); err != nil {
+		op, inEntity, err := decodeOp(readU64(k), ops.Get(k))
+		if err != nil {
 			return err
 		}
 		if op.AttemptCount == 0 || op.MaybeApplied {
 			continue
 		}
 		op.MaybeApplied = true
-		v, err := marshal(&op)
-		if err != nil {
-			return err
-		}
-		if err := ops.Put(k, v); err != nil {
+		if err := ops.Put(k, encodeOp(op, inEntity)); err != nil {
 			return err
 		}
 	}
@@ -230,12 +232,9 @@ func markMaybeApplied(tx *bolt.Tx) error {
 // (schema 1 kept only the totals).
 func buildAccountCounts(tx *bolt.Tx) error {
 	counts := map[string]uint64{}
-	err := tx.Bucket(bucketOps).ForEach(func(_, v []byte) error {
-		var op struct {
-			AccountID string `json:"accountId"`
-			State     State  `json:"state"`
-		}
-		if err := json.Unmarshal(v, &op); err != nil {
+	err := tx.Bucket(bucketOps).ForEach(func(k, v []byte) error {
+		op, _, err := decodeOp(readU64(k), v)
+		if err != nil {
 			return err
 		}
 		counts[string(accountCountKey(op.AccountID, op.State))]++

@@ -56,6 +56,13 @@ func opRow(tx *bolt.Tx, seq uint64, v []byte) (*Operation, error) {
 // peekEntity returns an entity row's data (aliasing v: valid only in the
 // transaction, and only until the row is written) and payload references.
 func peekEntity(k, v []byte) (data []byte, refs []uint64, err error) {
+	if len(v) > 0 && v[0] == rowV1 {
+		data, refs, err = entityDataRefs(v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("queue: decode entity %q: %w", k, err)
+		}
+		return data, refs, nil
+	}
 	e, refs, err := decodeEntityRow(k, v, true)
 	if err != nil {
 		return nil, nil, err
@@ -101,15 +108,19 @@ func (w *txw) refPayload(op *Operation) (bool, error) {
 	if v == nil {
 		return false, nil
 	}
-	e, refs, err := decodeEntityRow(k, v, true)
+	data, refs, err := peekEntity(k, v)
 	if err != nil {
 		return false, err
 	}
-	if !bytes.Equal(e.Data, op.Payload) {
+	if !bytes.Equal(data, op.Payload) {
 		return false, nil
 	}
 	if slices.Contains(refs, op.Seq) {
 		return true, nil
+	}
+	e, _, err := decodeEntityRow(k, v, true)
+	if err != nil {
+		return false, err
 	}
 	if len(refs) >= 4 { // drop the operations gone since
 		ops := w.b(bucketOps)
@@ -136,13 +147,13 @@ func (w *txw) saveEntity(e *Entity) error {
 	k := entityKey(e.AccountID, e.Type, e.ID)
 	var refs []uint64
 	if v := ents.Get(k); v != nil {
-		old, oldRefs, err := decodeEntityRow(k, v, true)
+		oldData, oldRefs, err := peekEntity(k, v)
 		if err != nil {
 			return err
 		}
-		if bytes.Equal(old.Data, e.Data) {
+		if bytes.Equal(oldData, e.Data) {
 			refs = oldRefs
-		} else if err := w.materialize(old.Data, oldRefs); err != nil {
+		} else if err := w.materialize(oldData, oldRefs); err != nil {
 			return err
 		}
 	}
@@ -162,11 +173,11 @@ func (w *txw) deleteEntityKey(k []byte) error {
 	if v == nil {
 		return nil
 	}
-	old, refs, err := decodeEntityRow(k, v, true)
+	data, refs, err := peekEntity(k, v)
 	if err != nil {
 		return err
 	}
-	if err := w.materialize(old.Data, refs); err != nil {
+	if err := w.materialize(data, refs); err != nil {
 		return err
 	}
 	return w.del(ents, k)

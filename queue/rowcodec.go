@@ -434,23 +434,75 @@ func decodeEntityRow(k, v []byte, alias bool) (e *Entity, refs []uint64, err err
 	e.UpdatedAt = r.time(entUpdatedAt)
 	e.LastOperationID = r.str(entLastOperationID)
 	e.SyncedOperationID = r.str(entSyncedOperationID)
-	if r.is(entPayloadRefs) {
-		n := r.uvarint()
-		if n > uint64(len(r.b)) { // each takes a byte at least
-			r.fail()
-			n = 0
-		}
-		if n > 0 {
-			refs = make([]uint64, 0, n)
-		}
-		for range n {
-			refs = append(refs, r.uvarint())
-		}
-	}
+	refs = r.refs(entPayloadRefs)
 	if err := r.done(); err != nil {
 		return nil, nil, fmt.Errorf("queue: decode entity %q: %w", k, err)
 	}
 	return e, refs, nil
+}
+
+// entityDataRefs returns a binary entity row's data (a slice of v) and
+// payload references, skipping the other fields without decoding them:
+// the write path reads them at every saveOp.
+func entityDataRefs(v []byte) (data []byte, refs []uint64, err error) {
+	r := newRowReader(v, entFields)
+	r.alias = true
+	r.time(entCreatedAt)
+	data = r.bytes(entData)
+	r.skipEnum(entSyncState, syncStateTable)
+	r.skipStr(entServerID)
+	r.skipStr(entSyncError)
+	r.int(entVersion)
+	r.time(entUpdatedAt)
+	r.skipStr(entLastOperationID)
+	r.skipStr(entSyncedOperationID)
+	refs = r.refs(entPayloadRefs)
+	return data, refs, r.done()
+}
+
+func (r *rowReader) skipStr(field int) {
+	if !r.is(field) {
+		return
+	}
+	switch form := r.take(1); {
+	case form == nil:
+	case form[0] == strUUID:
+		r.take(16)
+	case form[0] == strRaw || form[0] == strHex:
+		r.take(r.uvarint())
+	default:
+		r.fail()
+	}
+}
+
+func (r *rowReader) skipEnum(field int, table []string) {
+	if !r.is(field) {
+		return
+	}
+	switch p := r.take(1); {
+	case p == nil:
+	case p[0] == enumRaw:
+		r.take(r.uvarint())
+	case int(p[0]) >= len(table):
+		r.fail()
+	}
+}
+
+// refs reads a list of seqs.
+func (r *rowReader) refs(field int) []uint64 {
+	if !r.is(field) {
+		return nil
+	}
+	n := r.uvarint()
+	if n == 0 || n > uint64(len(r.b)) { // each takes a byte at least
+		r.fail()
+		return nil
+	}
+	refs := make([]uint64, 0, n)
+	for range n {
+		refs = append(refs, r.uvarint())
+	}
+	return refs
 }
 
 // encodeOp returns op's row; inEntity leaves out the payload, which is

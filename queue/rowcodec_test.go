@@ -204,10 +204,18 @@ func FuzzDecodeRow(f *testing.F) {
 				t.Fatalf("operation %+v read back as %+v (%v)", op, again, err)
 			}
 		}
-		if e, refs, err := decodeEntityRow(k, v, false); err == nil && len(v) > 0 && v[0] == rowV1 {
+		e, refs, err := decodeEntityRow(k, v, false)
+		if err == nil && len(v) > 0 && v[0] == rowV1 {
 			again, refs2, err := decodeEntityRow(k, encodeEntity(e, refs), false)
 			if err != nil || !reflect.DeepEqual(again, e) || !reflect.DeepEqual(refs2, refs) {
 				t.Fatalf("entity %+v read back as %+v (%v)", e, again, err)
+			}
+		}
+		// The write path's quick read agrees with the full one.
+		if len(v) > 0 && v[0] == rowV1 {
+			data, refs3, err3 := entityDataRefs(v)
+			if (err == nil) != (err3 == nil) || err == nil && (string(data) != string(e.Data) || !reflect.DeepEqual(refs3, refs)) {
+				t.Fatalf("entityDataRefs: %q %v %v; decodeEntityRow: %+v %v %v", data, refs3, err3, e, refs, err)
 			}
 		}
 	})

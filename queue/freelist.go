@@ -34,11 +34,15 @@ const freelistSyncMaxPages = 1
 
 // syncFreelistIfSmall sets whether the commit of tx writes bbolt's free
 // list: when the free list (free and pending pages, as of the last
-// commit) fits in freelistSyncMaxPages pages. tx must be the write
-// transaction, so that no other goroutine reads the setting meanwhile.
+// commit or as loaded at open) fits in freelistSyncMaxPages pages. tx
+// must be the write transaction, so that no other goroutine reads the
+// setting meanwhile.
 func (s *Store) syncFreelistIfSmall(tx *bolt.Tx) {
 	st := s.db.Stats()
-	tx.DB().NoFreelistSync = st.FreelistInuse > s.freelistMaxPages*s.pageSize
+	// bbolt writes a page header and a page id per page (and a count
+	// first when they are 64K or more).
+	size := 16 + 8*(st.FreePageN+st.PendingPageN+1)
+	tx.DB().NoFreelistSync = size > s.freelistMaxPages*s.pageSize
 }
 
 // writeFreelist commits the free list, so the next Open reads it instead

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -217,4 +218,59 @@ func TestCompactIfWorthItFromMeta(t *testing.T) {
 	if _, err := s.GetEntity("acct", "note", "kept"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A start that has nothing to write commits nothing, so the free list a
+// clean stop left stays valid: a kill before the first write costs the
+// next start nothing either. A start that recovers operations left
+// sending commits, with the free list while it is short.
+func TestOpenKeepsFreelist(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "syncd.db")
+	s, err := Open(path, Config{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(t, s, "a", `{}`)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := readFileMeta(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(path, Config{NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The file as a kill now would leave it.
+	if m, err := readFileMeta(path); err != nil || m.txid != before.txid || !m.freelistKnown {
+		t.Fatalf("after a start with nothing to do: %+v %v; before it %+v", m, err, before)
+	}
+	s.freelistMaxPages = -1 // the next commit leaves the free list out
+	if _, err := s.Claim(ctx, "acct", "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := readFileMeta(path); m.freelistKnown {
+		t.Fatal("a commit with freelistMaxPages -1 wrote the free list")
+	}
+	// Killed while sending: the next start returns the op to pending, in
+	// a commit that writes the (short) free list.
+	copyPath := filepath.Join(t.TempDir(), "killed.db")
+	if err := copyFile(path, copyPath); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s2, err := Open(copyPath, Config{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if m, err := readFileMeta(copyPath); err != nil || !m.freelistKnown {
+		t.Fatalf("after a start that recovered a sending op: %+v %v", m, err)
+	}
+	if st, _ := s2.Stats(); st.Counts[StatePending] != 1 {
+		t.Fatalf("counts after recovery: %v", st.Counts)
+	}
+	mustCheck(t, s2)
 }

@@ -153,7 +153,9 @@ func Open(path string, cfg Config) (*Store, error) {
 	}
 	var recovered int
 	err = db.Update(func(tx *bolt.Tx) error {
-		if err := s.initBuckets(tx); err != nil {
+		s.syncFreelistIfSmall(tx)
+		changed, err := s.initBuckets(tx)
+		if err != nil {
 			return err
 		}
 		w := &txw{tx: tx, s: s, now: cfg.Now()}
@@ -161,9 +163,17 @@ func Open(path string, cfg Config) (*Store, error) {
 		if err != nil {
 			return err
 		}
+		if !changed && !w.wrote {
+			// Nothing to write: no commit, so the free list a clean stop
+			// left on disk stays valid until the first write.
+			return errNothingWritten
+		}
 		s.emit(w.events)
 		return nil
 	})
+	if errors.Is(err, errNothingWritten) {
+		err = nil
+	}
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -174,36 +184,42 @@ func Open(path string, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) initBuckets(tx *bolt.Tx) error {
+// initBuckets creates what a new file lacks and upgrades an older
+// schema; changed reports whether it wrote anything.
+func (s *Store) initBuckets(tx *bolt.Tx) (changed bool, err error) {
 	for _, name := range allBuckets {
-		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-			return fmt.Errorf("queue: create bucket %s: %w", name, err)
+		if tx.Bucket(name) != nil {
+			continue
+		}
+		changed = true
+		if _, err := tx.CreateBucket(name); err != nil {
+			return changed, fmt.Errorf("queue: create bucket %s: %w", name, err)
 		}
 	}
 	meta := tx.Bucket(bucketMeta)
 	v := meta.Get(metaSchema)
 	if v == nil {
-		return meta.Put(metaSchema, u64(schemaVersion))
+		return true, meta.Put(metaSchema, u64(schemaVersion))
 	}
 	switch got := readU64(v); {
 	case got > schemaVersion:
-		return fmt.Errorf("queue: data file schema %d is newer than this syncd understands (%d)", got, schemaVersion)
+		return changed, fmt.Errorf("queue: data file schema %d is newer than this syncd understands (%d)", got, schemaVersion)
 	case got < schemaVersion:
 		if got == 1 {
 			if err := buildAccountCounts(tx); err != nil {
-				return fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
+				return true, fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
 			}
 			if err := markMaybeApplied(tx); err != nil {
-				return fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
+				return true, fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
 			}
 		}
 		// Schema 3 reads schema 2's JSON rows as they are and writes each
 		// in the binary form when it next changes (rowcodec.go): nothing
 		// to rewrite. The new number keeps an older syncd, which cannot
 		// read the binary rows, from opening the file.
-		return meta.Put(metaSchema, u64(schemaVersion))
+		return true, meta.Put(metaSchema, u64(schemaVersion))
 	}
-	return nil
+	return changed, nil
 }
 
 // markMaybeApplied sets MaybeApplied on every unfinished operation that

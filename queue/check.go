@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -26,7 +25,9 @@ import (
 //   - op_ids maps every operation's id to its seq and nothing else;
 //   - the per-state counts, in all and per account, equal the rows;
 //   - a declined operation is permanently failed and not maybe applied,
-//     and every operation's payload fingerprint matches its payload.
+//     and every operation's payload fingerprint matches its payload;
+//   - an operation whose payload is kept in its entity's row is listed
+//     by that row (payloadref.go).
 func (s *Store) Check() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -38,9 +39,12 @@ func (s *Store) Check() error {
 		counts := map[State]int{}
 		accountCounts := map[string]int{}
 		if err := tx.Bucket(bucketOps).ForEach(func(k, v []byte) error {
-			var op Operation
-			if err := json.Unmarshal(v, &op); err != nil {
-				return err
+			// opRow also checks that a payload kept in the entity row is
+			// there, listed (payloadref.go).
+			op, err := opRow(tx, readU64(k), v)
+			if err != nil {
+				bad("%v", err)
+				return nil
 			}
 			if op.Seq != readU64(k) {
 				bad("op %s: seq %d stored under key %d", op.ID, op.Seq, readU64(k))
@@ -51,10 +55,10 @@ func (s *Store) Check() error {
 			if op.Declined && (op.State != StatePermanentFailed || op.MaybeApplied) {
 				bad("op %s: declined while %s, maybeApplied %v", op.ID, op.State, op.MaybeApplied)
 			}
-			if op.PayloadFingerprint != payloadFingerprint(&op) {
+			if op.PayloadFingerprint != payloadFingerprint(op) {
 				bad("op %s: payload fingerprint does not match its payload", op.ID)
 			}
-			ops[op.Seq] = &op
+			ops[op.Seq] = op
 			counts[op.State]++
 			accountCounts[string(accountCountKey(op.AccountID, op.State))]++
 			return nil
@@ -173,8 +177,8 @@ func (s *Store) Check() error {
 
 		// Entities against their partitions.
 		return tx.Bucket(bucketEntities).ForEach(func(k, v []byte) error {
-			var e Entity
-			if err := json.Unmarshal(v, &e); err != nil {
+			e, err := decodeEntity(k, v)
+			if err != nil {
 				return err
 			}
 			head := heads[string(k)]

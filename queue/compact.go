@@ -80,7 +80,20 @@ func Compact(path string) (before, after int64, err error) {
 // CompactMinFileBytes and at least CompactMinFreeShare of it is free
 // pages; `syncd run` calls it before opening the store. It reports
 // whether it compacted. A missing file is not an error.
+//
+// It decides from the file's bbolt meta page and the count on its free
+// list, three small reads, without opening the database. When the last
+// commit did not write the free list (a process was killed after one, see
+// freelist.go), counting the free pages would mean walking the whole
+// file: it does not compact then, and the next start after a clean stop
+// decides.
 func CompactIfWorthIt(path string) (compacted bool, before, after int64, err error) {
+	return compactIfWorthIt(path, CompactMinFileBytes)
+}
+
+// compactIfWorthIt is CompactIfWorthIt with the smallest file worth
+// compacting as a parameter, for tests.
+func compactIfWorthIt(path string, minFileBytes int64) (compacted bool, before, after int64, err error) {
 	fi, err := os.Stat(path)
 	if os.IsNotExist(err) {
 		return false, 0, 0, nil
@@ -88,32 +101,27 @@ func CompactIfWorthIt(path string) (compacted bool, before, after int64, err err
 	if err != nil {
 		return false, 0, 0, fmt.Errorf("queue: compact: %w", err)
 	}
-	if fi.Size() < CompactMinFileBytes {
+	if fi.Size() < minFileBytes {
 		return false, fi.Size(), fi.Size(), nil
 	}
-	free, size, err := freeShare(path)
+	free, size, known, err := freeShare(path)
 	if err != nil {
 		return false, fi.Size(), fi.Size(), err
 	}
-	if float64(free) < CompactMinFreeShare*float64(size) {
-		return false, size, size, nil
+	if !known || float64(free) < CompactMinFreeShare*float64(size) {
+		return false, fi.Size(), fi.Size(), nil
 	}
 	before, after, err = Compact(path)
 	return err == nil, before, after, err
 }
 
-// freeShare opens the file read-only and returns its free bytes and size.
-func freeShare(path string) (free, size int64, err error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: DefaultLockTimeout, ReadOnly: true, PreLoadFreelist: true})
+// freeShare returns the file's free bytes and its size up to the
+// high-water mark, as its meta page and free list say; known is false
+// when the free list was not written.
+func freeShare(path string) (free, size int64, known bool, err error) {
+	m, err := readFileMeta(path)
 	if err != nil {
-		return 0, 0, fmt.Errorf("queue: compact: open %s: %w", path, err)
+		return 0, 0, false, fmt.Errorf("queue: compact: %w", err)
 	}
-	defer db.Close()
-	err = db.View(func(tx *bolt.Tx) error {
-		size = tx.Size()
-		return nil
-	})
-	st := db.Stats()
-	free = int64(st.FreePageN) * int64(db.Info().PageSize)
-	return free, size, err
+	return m.freePages * m.pageSize, m.size, m.freelistKnown, nil
 }

@@ -12,8 +12,8 @@ import (
 var (
 	bucketMeta       = []byte("meta")       // "schema", "session"
 	bucketCounts     = []byte("counts")     // state → uint64 number of operations; \0account\0state → the account's
-	bucketEntities   = []byte("entities")   // account\0type\0id → Entity JSON
-	bucketOps        = []byte("ops")        // seq → Operation JSON
+	bucketEntities   = []byte("entities")   // account\0type\0id → Entity row (rowcodec.go)
+	bucketOps        = []byte("ops")        // seq → Operation row (rowcodec.go)
 	bucketOpIDs      = []byte("op_ids")     // operation id → seq
 	bucketPartitions = []byte("partitions") // account\0type\0id\0seq → empty: unfinished ops per partition, in order
 	bucketUnfinished = []byte("unfinished") // seq → empty: every unfinished op, oldest first
@@ -35,8 +35,11 @@ var (
 
 // schemaVersion is the layout of the file; Open refuses a newer one.
 // Version 2 added the per-account counts; Open builds them in a file of
-// version 1.
-const schemaVersion = 2
+// version 1. Version 3 stores entity and operation rows in a binary form
+// and an operation's payload once when it is its entity's data
+// (rowcodec.go, payloadref.go); it reads version 2's JSON rows as they
+// are.
+const schemaVersion = 3
 
 // accountCountKey is the key of an account's count of operations in a
 // state. It starts with NUL, so it never equals a state's own key.

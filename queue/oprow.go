@@ -1,60 +1,11 @@
 package queue
 
 import (
-	"encoding/json"
 	"fmt"
 )
 
 // Row-level helpers shared by writes and state changes. They keep the
 // operation row, its indexes and the per-state counts in step.
-
-func (w *txw) loadOpBySeq(seq uint64) (*Operation, error) {
-	v := w.b(bucketOps).Get(u64(seq))
-	if v == nil {
-		return nil, fmt.Errorf("%w: seq %d", ErrOperationNotFound, seq)
-	}
-	var op Operation
-	if err := json.Unmarshal(v, &op); err != nil {
-		return nil, fmt.Errorf("queue: decode operation %d: %w", seq, err)
-	}
-	return &op, nil
-}
-
-func (w *txw) loadOp(id string) (*Operation, error) {
-	seq := w.b(bucketOpIDs).Get([]byte(id))
-	if seq == nil {
-		return nil, fmt.Errorf("%w: %s", ErrOperationNotFound, id)
-	}
-	return w.loadOpBySeq(readU64(seq))
-}
-
-func (w *txw) saveOp(op *Operation) error {
-	v, err := marshal(op)
-	if err != nil {
-		return err
-	}
-	return w.put(w.b(bucketOps), u64(op.Seq), v)
-}
-
-func (w *txw) loadEntity(account, entityType, id string) (*Entity, error) {
-	v := w.b(bucketEntities).Get(entityKey(account, entityType, id))
-	if v == nil {
-		return nil, nil
-	}
-	var e Entity
-	if err := json.Unmarshal(v, &e); err != nil {
-		return nil, fmt.Errorf("queue: decode entity %s/%s: %w", entityType, id, err)
-	}
-	return &e, nil
-}
-
-func (w *txw) saveEntity(e *Entity) error {
-	v, err := marshal(e)
-	if err != nil {
-		return err
-	}
-	return w.put(w.b(bucketEntities), entityKey(e.AccountID, e.Type, e.ID), v)
-}
 
 // count adds delta to the number of operations in state st, in all and
 // in op's account.
@@ -237,7 +188,7 @@ func (w *txw) reconcile(e *Entity, dirty bool) error {
 		return err
 	}
 	if head == nil && e.Deleted {
-		if err := w.del(w.b(bucketEntities), entityKey(e.AccountID, e.Type, e.ID)); err != nil {
+		if err := w.deleteEntity(e.AccountID, e.Type, e.ID); err != nil {
 			return err
 		}
 		return w.entityEvent(e, EventEntityRemoved)

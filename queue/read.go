@@ -28,11 +28,16 @@ func (s *Store) GetEntity(account, entityType, id string) (Entity, error) {
 func (s *Store) EntityRow(account, entityType, id string) (Entity, error) {
 	var e Entity
 	err := s.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketEntities).Get(entityKey(account, entityType, id))
+		k := entityKey(account, entityType, id)
+		v := tx.Bucket(bucketEntities).Get(k)
 		if v == nil {
 			return fmt.Errorf("%w: %s/%s", ErrEntityNotFound, entityType, id)
 		}
-		return json.Unmarshal(v, &e)
+		row, err := decodeEntity(k, v)
+		if err == nil {
+			e = *row
+		}
+		return err
 	})
 	return e, err
 }
@@ -78,15 +83,15 @@ func (s *Store) ListEntities(account, entityType string, opts ListOptions) (item
 				return nil
 			}
 			scanned++
-			var e Entity
-			if err := json.Unmarshal(v, &e); err != nil {
+			e, err := decodeEntity(k, v)
+			if err != nil {
 				return err
 			}
 			last = e.ID
 			if e.Deleted || opts.SyncState != "" && e.SyncState != opts.SyncState {
 				continue
 			}
-			items = append(items, e)
+			items = append(items, *e)
 		}
 		return nil
 	})
@@ -101,7 +106,11 @@ func (s *Store) GetOperation(id string) (Operation, error) {
 		if seq == nil {
 			return fmt.Errorf("%w: %s", ErrOperationNotFound, id)
 		}
-		return json.Unmarshal(tx.Bucket(bucketOps).Get(seq), &op)
+		row, err := opRow(tx, readU64(seq), tx.Bucket(bucketOps).Get(seq))
+		if err == nil {
+			op = *row
+		}
+		return err
 	})
 	return op, err
 }
@@ -143,15 +152,15 @@ func (s *Store) ListOperations(opts ListOptions) (items []Operation, next string
 			if index != ops {
 				v = ops.Get(k)
 			}
-			var op Operation
-			if err := json.Unmarshal(v, &op); err != nil {
+			op, err := opRow(tx, readU64(k), v)
+			if err != nil {
 				return err
 			}
 			last = op.Seq
 			if opts.State != "" && op.State != opts.State || opts.AccountID != "" && op.AccountID != opts.AccountID {
 				continue
 			}
-			items = append(items, op)
+			items = append(items, *op)
 		}
 		return nil
 	})
@@ -219,9 +228,8 @@ const oldestUnscanned = 64
 // it takes the smallest seq among the account's partition keys.
 func oldestUnfinished(tx *bolt.Tx, account string) (time.Time, error) {
 	ops := tx.Bucket(bucketOps)
-	decode := func(seq []byte) (Operation, error) {
-		var op Operation
-		err := json.Unmarshal(ops.Get(seq), &op)
+	decode := func(seq []byte) (*Operation, error) {
+		op, _, err := decodeOp(readU64(seq), ops.Get(seq)) // its payload is not needed
 		return op, err
 	}
 	c := tx.Bucket(bucketUnfinished).Cursor()
@@ -251,7 +259,10 @@ func oldestUnfinished(tx *bolt.Tx, account string) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	op, err := decode(u64(first))
-	return op.CreatedAt, err
+	if err != nil {
+		return time.Time{}, err
+	}
+	return op.CreatedAt, nil
 }
 
 // Events returns up to limit change-log events with seq > since, oldest

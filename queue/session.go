@@ -100,15 +100,15 @@ func (s *Store) PurgeAccount(ctx context.Context, account string, force bool) (r
 			keys = append(keys, append([]byte(nil), k...))
 		}
 		for _, k := range keys {
-			if err := tx.del(tx.b(bucketEntities), k); err != nil {
+			if err := tx.deleteEntityKey(k); err != nil {
 				return err
 			}
 		}
 		// Done operations of the account: their rows go too.
 		var done []uint64
 		if err := tx.b(bucketOps).ForEach(func(k, v []byte) error {
-			var op Operation
-			if err := json.Unmarshal(v, &op); err != nil {
+			op, _, err := decodeOp(readU64(k), v) // its payload is not needed
+			if err != nil {
 				return err
 			}
 			if op.AccountID == account && op.State == StateDone {

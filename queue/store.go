@@ -82,10 +82,14 @@ type Config struct {
 // Store is the durable local queue: entities, operations, their indexes
 // and the change log, in one bbolt file. It is safe for concurrent use.
 type Store struct {
-	db        *bolt.DB
-	cfg       Config
-	path      string
-	mergeable map[string]bool // Config.MergeableTypes
+	db       *bolt.DB
+	cfg      Config
+	path     string
+	pageSize int
+	// freelistMaxPages: a commit writes bbolt's free list when it fits in
+	// that many pages (freelist.go); tests set it.
+	freelistMaxPages int
+	mergeable        map[string]bool // Config.MergeableTypes
 
 	// Group commit state (see update).
 	mu       sync.Mutex
@@ -125,9 +129,9 @@ func Open(path string, cfg Config) (*Store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:      cfg.LockTimeout,
 		FreelistType: bolt.FreelistMapType,
-		// The freelist is not written at every commit (as etcd does); Open
-		// rebuilds it by scanning the file. Fewer pages per commit made
-		// group-committed writes 35-50% faster here (BenchmarkWritePath).
+		// The free list is written at Close and while it is short, not at
+		// every commit (see freelist.go). Open reads it when the last
+		// commit wrote it and rebuilds it by walking the trees otherwise.
 		NoFreelistSync: true,
 		NoSync:         cfg.NoSync,
 	})
@@ -138,16 +142,20 @@ func Open(path string, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("queue: open %s: %w", path, err)
 	}
 	s := &Store{
-		db:        db,
-		cfg:       cfg,
-		path:      path,
-		mergeable: mergeable,
-		arrived:   make(chan struct{}, 1),
-		expect:    1,
+		db:               db,
+		cfg:              cfg,
+		path:             path,
+		mergeable:        mergeable,
+		pageSize:         db.Info().PageSize, // no transaction yet: no remap races the read
+		freelistMaxPages: freelistSyncMaxPages,
+		arrived:          make(chan struct{}, 1),
+		expect:           1,
 	}
 	var recovered int
 	err = db.Update(func(tx *bolt.Tx) error {
-		if err := s.initBuckets(tx); err != nil {
+		s.syncFreelistIfSmall(tx)
+		changed, err := s.initBuckets(tx)
+		if err != nil {
 			return err
 		}
 		w := &txw{tx: tx, s: s, now: cfg.Now()}
@@ -155,9 +163,17 @@ func Open(path string, cfg Config) (*Store, error) {
 		if err != nil {
 			return err
 		}
+		if !changed && !w.wrote {
+			// Nothing to write: no commit, so the free list a clean stop
+			// left on disk stays valid until the first write.
+			return errNothingWritten
+		}
 		s.emit(w.events)
 		return nil
 	})
+	if errors.Is(err, errNothingWritten) {
+		err = nil
+	}
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -168,30 +184,42 @@ func Open(path string, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) initBuckets(tx *bolt.Tx) error {
+// initBuckets creates what a new file lacks and upgrades an older
+// schema; changed reports whether it wrote anything.
+func (s *Store) initBuckets(tx *bolt.Tx) (changed bool, err error) {
 	for _, name := range allBuckets {
-		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-			return fmt.Errorf("queue: create bucket %s: %w", name, err)
+		if tx.Bucket(name) != nil {
+			continue
+		}
+		changed = true
+		if _, err := tx.CreateBucket(name); err != nil {
+			return changed, fmt.Errorf("queue: create bucket %s: %w", name, err)
 		}
 	}
 	meta := tx.Bucket(bucketMeta)
 	v := meta.Get(metaSchema)
 	if v == nil {
-		return meta.Put(metaSchema, u64(schemaVersion))
+		return true, meta.Put(metaSchema, u64(schemaVersion))
 	}
 	switch got := readU64(v); {
 	case got > schemaVersion:
-		return fmt.Errorf("queue: data file schema %d is newer than this syncd understands (%d)", got, schemaVersion)
-	case got == 1:
-		if err := buildAccountCounts(tx); err != nil {
-			return fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
+		return changed, fmt.Errorf("queue: data file schema %d is newer than this syncd understands (%d)", got, schemaVersion)
+	case got < schemaVersion:
+		if got == 1 {
+			if err := buildAccountCounts(tx); err != nil {
+				return true, fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
+			}
+			if err := markMaybeApplied(tx); err != nil {
+				return true, fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
+			}
 		}
-		if err := markMaybeApplied(tx); err != nil {
-			return fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
-		}
-		return meta.Put(metaSchema, u64(schemaVersion))
+		// Schema 3 reads schema 2's JSON rows as they are and writes each
+		// in the binary form when it next changes (rowcodec.go): nothing
+		// to rewrite. The new number keeps an older syncd, which cannot
+		// read the binary rows, from opening the file.
+		return true, meta.Put(metaSchema, u64(schemaVersion))
 	}
-	return nil
+	return changed, nil
 }
 
 // markMaybeApplied sets MaybeApplied on every unfinished operation that
@@ -201,19 +229,15 @@ func markMaybeApplied(tx *bolt.Tx) error {
 	ops := tx.Bucket(bucketOps)
 	c := tx.Bucket(bucketUnfinished).Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		var op Operation
-		if err := json.Unmarshal(ops.Get(k), &op); err != nil {
+		op, inEntity, err := decodeOp(readU64(k), ops.Get(k))
+		if err != nil {
 			return err
 		}
 		if op.AttemptCount == 0 || op.MaybeApplied {
 			continue
 		}
 		op.MaybeApplied = true
-		v, err := marshal(&op)
-		if err != nil {
-			return err
-		}
-		if err := ops.Put(k, v); err != nil {
+		if err := ops.Put(k, encodeOp(op, inEntity)); err != nil {
 			return err
 		}
 	}
@@ -224,12 +248,9 @@ func markMaybeApplied(tx *bolt.Tx) error {
 // (schema 1 kept only the totals).
 func buildAccountCounts(tx *bolt.Tx) error {
 	counts := map[string]uint64{}
-	err := tx.Bucket(bucketOps).ForEach(func(_, v []byte) error {
-		var op struct {
-			AccountID string `json:"accountId"`
-			State     State  `json:"state"`
-		}
-		if err := json.Unmarshal(v, &op); err != nil {
+	err := tx.Bucket(bucketOps).ForEach(func(k, v []byte) error {
+		op, _, err := decodeOp(readU64(k), v)
+		if err != nil {
 			return err
 		}
 		counts[string(accountCountKey(op.AccountID, op.State))]++
@@ -269,6 +290,11 @@ func (s *Store) Close() error {
 	default:
 	}
 	s.inflight.Wait()
+	// The next Open reads the free list instead of walking the file. A
+	// failure here loses nothing: the next Open rebuilds it.
+	if err := s.writeFreelist(); err != nil {
+		s.cfg.Logger.Warn("queue: writing the free list at close failed; the next start walks the file", "err", err)
+	}
 	return s.db.Close()
 }
 
@@ -425,6 +451,7 @@ func (s *Store) commit(batch []*commitReq) {
 		var events []Event
 		wrote := false
 		err := s.db.Update(func(tx *bolt.Tx) error {
+			s.syncFreelistIfSmall(tx)
 			now := s.now()
 			events = events[:0]
 			for i, r := range batch {

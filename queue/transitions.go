@@ -451,7 +451,7 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 		}
 		switch {
 		case op.Type == OpCreate && !recreated:
-			if err := tx.del(tx.b(bucketEntities), entityKey(e.AccountID, e.Type, e.ID)); err != nil {
+			if err := tx.deleteEntity(e.AccountID, e.Type, e.ID); err != nil {
 				return err
 			}
 			return tx.entityEvent(e, EventEntityRemoved)

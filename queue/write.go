@@ -291,7 +291,7 @@ func (tx *txw) deleteOverDeclined(e *Entity, del, head *Operation) (Result, erro
 		return Result{}, err
 	}
 	e.SyncState, e.SyncedOperationID = SyncSynced, ""
-	if err := tx.del(tx.b(bucketEntities), entityKey(e.AccountID, e.Type, e.ID)); err != nil {
+	if err := tx.deleteEntity(e.AccountID, e.Type, e.ID); err != nil {
 		return Result{}, err
 	}
 	return Result{Entity: *e, Operation: *del}, tx.entityEvent(e, EventEntityRemoved)

@@ -1,11 +1,14 @@
 package localapi
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"net"
 	"net/http"
 	"path"
+	"runtime/debug"
 	"strings"
 )
 
@@ -30,9 +33,12 @@ const (
 // absent or allowed (cross-site requests), with CORS preflights answered
 // for allowed origins; the bearer token, compared in constant time; the
 // body size limit. Handlers never re-check any of it. The mux's own 404
-// and 405 answers are rewritten into the API's error shape.
+// and 405 answers are rewritten into the API's error shape. A panic in a
+// handler is answered 500 internal and logged (recoverPanic).
 func (s *Server) guard(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pw := &panicWriter{ResponseWriter: w}
+		defer s.recoverPanic(pw, r)
 		h := w.Header()
 		for _, kv := range securityHeaders {
 			h.Set(kv[0], kv[1])
@@ -75,8 +81,58 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 			s.unrouted(w, r, mux)
 			return
 		}
-		mux.ServeHTTP(w, r)
+		mux.ServeHTTP(pw, r)
 	})
+}
+
+// recoverPanic answers a request whose handler panicked with 500
+// internal, and logs the panic with its stack at ERROR. Every lock in
+// the daemon and the queue is released with defer, so the panic leaves
+// nothing held; the recover keeps the client from seeing a dropped
+// connection and puts the cause in the daemon's log. An answer already
+// begun, or a hijacked connection (a WebSocket), cannot take a 500: the
+// connection is aborted instead. http.ErrAbortHandler passes through.
+func (s *Server) recoverPanic(pw *panicWriter, r *http.Request) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v == http.ErrAbortHandler {
+		panic(v)
+	}
+	s.logger.Error("localapi: handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	if pw.wrote || pw.hijacked {
+		panic(http.ErrAbortHandler) // net/http closes the connection quietly
+	}
+	writeError(pw.ResponseWriter, http.StatusInternalServerError, CodeInternal, "internal error; see the daemon's log")
+}
+
+// panicWriter records whether the answer has begun, so that a panic
+// after it aborts the connection instead of appending a second answer.
+// Unwrap gives http.ResponseController the connection's own writer
+// (deadlines, flushes); Hijack is seen here so that a panic after a
+// WebSocket upgrade writes nothing.
+type panicWriter struct {
+	http.ResponseWriter
+	wrote    bool
+	hijacked bool
+}
+
+func (p *panicWriter) WriteHeader(status int) {
+	p.wrote = true
+	p.ResponseWriter.WriteHeader(status)
+}
+
+func (p *panicWriter) Write(b []byte) (int, error) {
+	p.wrote = true
+	return p.ResponseWriter.Write(b)
+}
+
+func (p *panicWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
+
+func (p *panicWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	p.hijacked = true
+	return http.NewResponseController(p.ResponseWriter).Hijack()
 }
 
 func setCORS(h http.Header, origin string) {

@@ -13,12 +13,14 @@ import (
 
 // Codes the daemon records on operations, beside transport's codes.
 const (
-	// CodeOperationExpired: the operation was attempted before and is
-	// older than Config.MaxOperationAge; the server may have forgotten
-	// its key, so it is not resent blindly. The user reviews it.
+	// CodeOperationExpired: an attempt of the operation may have been
+	// applied (queue.Operation.MaybeApplied) and it is older than
+	// Config.MaxOperationAge, counted from the latest of its creation
+	// and the user's retry or renewal; the server may have forgotten its
+	// key, so it is not resent blindly. The user reviews it.
 	CodeOperationExpired = "operation_expired"
-	// CodeRetryExpired: retrying would go past the policy's MaxElapsed
-	// (transport.CodeRetryExpired).
+	// CodeRetryExpired: retrying an operation that may have been applied
+	// would go past the policy's MaxElapsed (transport.CodeRetryExpired).
 	CodeRetryExpired = transport.CodeRetryExpired
 )
 
@@ -48,8 +50,11 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 		d.releaseUnsent(c, "session changed")
 		return next, false
 	}
-	if op.AttemptCount > 1 && d.now().Sub(op.CreatedAt) > d.maxAge && op.UserRetriedAt.IsZero() {
-		msg := fmt.Sprintf("the operation is %s old and was attempted before; the server may have forgotten it, so it is not resent", d.now().Sub(op.CreatedAt).Round(1e9))
+	// The age guard: an attempt that may have been applied is not
+	// resent once the server may have forgotten its key. One that cannot
+	// have been is sent whatever its age.
+	if age := d.now().Sub(ageStart(op)); op.MaybeApplied && age > d.maxAge {
+		msg := fmt.Sprintf("the operation is %s old (counted from its creation or the user's latest retry) and an attempt of it may have reached the server without an answer; the server may have forgotten its key by now, so it is not resent: review it, then retry or discard it", age.Round(time.Second))
 		d.fail(c, CodeOperationExpired, msg, false, false) // nothing was sent
 		return next, false
 	}
@@ -177,16 +182,23 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 			o.Code = code
 		}
 		d.metrics.attempt(code)
-		// A user's retry confirms the intent: the time to give up counts
-		// from it.
-		since := op.CreatedAt
-		if op.UserRetriedAt.After(since) {
-			since = op.UserRetriedAt
-		}
-		at, giveUp, gcode := d.policy.Next(o, op.AttemptCount-1, since, d.now(), d.rnd)
-		if giveUp {
-			d.fail(c, gcode, fmt.Sprintf("gave up retrying after %d attempts; last error: %s", op.AttemptCount, message(o)), false, maybeApplied(o))
-			return
+		var at time.Time
+		if op.MaybeApplied || maybeApplied(o) {
+			// The server may hold it: give up before it may have
+			// forgotten the key. The time counts from the latest of
+			// creation and the user's retry or renewal.
+			var giveUp bool
+			var gcode string
+			at, giveUp, gcode = d.policy.Next(o, op.AttemptCount-1, ageStart(op), d.now(), d.rnd)
+			if giveUp {
+				d.fail(c, gcode, fmt.Sprintf("gave up retrying after %d attempts; last error: %s", op.AttemptCount, message(o)), false, maybeApplied(o))
+				return
+			}
+		} else {
+			// Nothing of it can have reached the server: it is never
+			// failed for its age (a laptop offline for weeks sends
+			// everything when it is back).
+			at = d.now().Add(d.policy.Delay(o, op.AttemptCount-1, d.rnd))
 		}
 		if err := d.store.RetryAt(ctx, op.ID, c.owner, at, code, message(o), maybeApplied(o)); err != nil {
 			d.storeErr("retry", op, err)
@@ -203,6 +215,17 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		d.fail(c, o.Code, message(o), isDeclined, maybeApplied(o))
 	}
 	return next, false
+}
+
+// ageStart is when an operation's age counts from, for the age guard
+// and for giving up retries: its creation, or the user's latest retry or
+// renewal (an update of a declined operation's entity), both of which
+// set UserRetriedAt, whichever is later.
+func ageStart(op queue.Operation) time.Time {
+	if op.UserRetriedAt.After(op.CreatedAt) {
+		return op.UserRetriedAt
+	}
+	return op.CreatedAt
 }
 
 // maybeApplied reports whether the server may have applied the attempt

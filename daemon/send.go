@@ -161,9 +161,19 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		// Pause first, so no other worker re-claims the released op and
 		// sends it again with the refused token.
 		paused := d.refreshNeeded(c.sess)
-		d.release(c, "token refused", maybeApplied(o))
+		if o.Sends == 0 && o.Status == 0 {
+			// Not sent (no token, or one that cannot be sent): the
+			// attempt is not counted.
+			d.releaseUnsent(c, "token unsendable")
+		} else {
+			d.release(c, "token refused", maybeApplied(o))
+		}
 		if paused {
-			d.logger.Warn("daemon: the server refused the session's token; sending is paused until a new token is set", "account", op.AccountID)
+			why := "the server refused the session's token"
+			if o.Code != transport.CodeUnauthorized {
+				why = "the session's token cannot be sent (" + o.Code + ")"
+			}
+			d.logger.Warn("daemon: "+why+"; sending is paused until a new token is set", "account", op.AccountID)
 			data, _ := json.Marshal(map[string]string{"reason": o.Code})
 			if _, err := d.store.AppendEvent(ctx, queue.Event{Type: EventSessionRefreshNeeded, AccountID: op.AccountID, Data: data}); err != nil {
 				d.logger.Error("daemon: append event", "type", EventSessionRefreshNeeded, "err", err)

@@ -98,10 +98,20 @@ func TestBadInput(t *testing.T) {
 
 		// Session.
 		{"session without token", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob"}`}, 400, CodeInvalidRequest, "accessToken"},
-		{"session with empty token", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":""}`}, 400, CodeInvalidRequest, "token"},
+		{"session with empty token", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":""}`}, 400, CodeInvalidRequest, "accessToken"},
 		{"session with bad account", req{method: "PUT", path: "/v1/session", body: `{"accountId":"b o b","accessToken":"t"}`}, 400, CodeInvalidRequest, "account"},
 		{"session with number token", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":1}`}, 400, CodeInvalidRequest, "accessToken"},
 		{"session with unknown field", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":"t","refresh":"r"}`}, 400, CodeInvalidRequest, "refresh"},
+		// A token net/http cannot send, or one no server reads as sent.
+		{"token with a newline", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":"a.dev\n"}`}, 400, CodeInvalidRequest, "accessToken"},
+		{"token with CRLF", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":"a\r\nX-Evil: 1"}`}, 400, CodeInvalidRequest, "accessToken"},
+		{"token with NUL", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":"a\u0000b"}`}, 400, CodeInvalidRequest, "accessToken"},
+		{"token with DEL", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":"a\u007fb"}`}, 400, CodeInvalidRequest, "accessToken"},
+		{"token with a tab", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":"a\tb"}`}, 400, CodeInvalidRequest, "accessToken"},
+		{"token with a space", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":"a b"}`}, 400, CodeInvalidRequest, "accessToken"},
+		{"token with a trailing space", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":"ab "}`}, 400, CodeInvalidRequest, "accessToken"},
+		{"non-ASCII token", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":"tök"}`}, 400, CodeInvalidRequest, "accessToken"},
+		{"overlong token", req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":"` + strings.Repeat("t", 8193) + `"}`}, 400, CodeInvalidRequest, "accessToken"},
 		{"logout with bad policy", req{method: "DELETE", path: "/v1/session?policy=wipe"}, 400, CodeInvalidRequest, "policy"},
 		{"logout with bad force", req{method: "DELETE", path: "/v1/session?policy=purge&force=maybe"}, 400, CodeInvalidRequest, "force"},
 		{"purge with unsynced operations", req{method: "DELETE", path: "/v1/session?policy=purge"}, 409, CodeNotPurgeable, ""},

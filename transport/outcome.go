@@ -70,6 +70,7 @@ const (
 	// RefreshSession.
 	CodeUnauthorized = "unauthorized"  // 401
 	CodeMissingToken = "missing_token" // Request.Token empty; nothing sent
+	CodeInvalidToken = "invalid_token" // Request.Token cannot be sent as a header (ValidateToken); nothing sent
 
 	// Permanent.
 	CodeForbidden        = "forbidden"          // 403

@@ -44,6 +44,10 @@ type Options struct {
 	// Daemon is the daemon's config; Store, Transport and Logger are
 	// filled in.
 	Daemon daemon.Config
+	// StoredSession, when set, is written into the data file before the
+	// daemon starts, as a data file from an earlier run holds it: it is
+	// not checked as PUT /v1/session would check it.
+	StoredSession *queue.Session
 }
 
 // Env is a running API.
@@ -94,6 +98,11 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	t.Cleanup(e.Bus.Close)
 
+	if o.StoredSession != nil {
+		if err := store.SaveSession(context.Background(), o.StoredSession, queue.Event{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	dcfg := o.Daemon
 	dcfg.Store = store
 	if dcfg.Logger == nil {

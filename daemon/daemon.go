@@ -165,6 +165,9 @@ type Daemon struct {
 type hooks struct {
 	afterClaim    func(queue.Operation)
 	afterResponse func(queue.Operation, transport.Outcome)
+	// entityRow, when set by a test, replaces the store's EntityRow
+	// when a request is built.
+	entityRow func(account, entityType, id string) (queue.Entity, error)
 }
 
 // New returns a Daemon over cfg.Store, with the session stored in it.

@@ -19,6 +19,10 @@ const (
 	// and the user's retry or renewal; the server may have forgotten its
 	// key, so it is not resent blindly. The user reviews it.
 	CodeOperationExpired = "operation_expired"
+	// CodeLocalError: the operation's request could not be built from
+	// the local data (reading its entity row failed); nothing was sent.
+	// It waits and is tried again (retry_waiting), backing off from 1s.
+	CodeLocalError = "local_error"
 	// CodeRetryExpired: retrying an operation that may have been applied
 	// would go past the policy's MaxElapsed (transport.CodeRetryExpired).
 	CodeRetryExpired = transport.CodeRetryExpired
@@ -60,8 +64,7 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 	}
 	req, err := d.request(op, c.sess.token)
 	if err != nil {
-		d.logger.Error("daemon: build request", "operation", op.ID, "err", err)
-		d.releaseUnsent(c, "store read failed")
+		d.unbuildable(c, err)
 		return next, false
 	}
 
@@ -105,7 +108,11 @@ func (d *Daemon) request(op queue.Operation, token string) (transport.Request, e
 		Token:          token,
 	}
 	if op.Type != queue.OpCreate {
-		e, err := d.store.EntityRow(op.AccountID, op.EntityType, op.EntityID)
+		entityRow := d.store.EntityRow
+		if d.hooks.entityRow != nil {
+			entityRow = d.hooks.entityRow
+		}
+		e, err := entityRow(op.AccountID, op.EntityType, op.EntityID)
 		switch {
 		case errors.Is(err, queue.ErrEntityNotFound):
 			// Nothing to address: the transport answers missing_server_id.
@@ -116,6 +123,23 @@ func (d *Daemon) request(op queue.Operation, token string) (transport.Request, e
 		}
 	}
 	return r, nil
+}
+
+// unbuildable backs off an operation whose request could not be built
+// (reading its entity row failed): it waits in retry_waiting, from 1s
+// doubling per attempt up to the policy's backoff cap, on the daemon's
+// clock. Released at once, it would be claimed again at once: a spin of
+// two commits a turn for as long as the read fails. Nothing was sent,
+// so it is not maybe applied, and the wait does not give up: the age
+// never fails an operation that never left.
+func (d *Daemon) unbuildable(c claimed, err error) {
+	op := c.op
+	wait := d.policy.Backoff.Cap(op.AttemptCount - 1)
+	d.logger.Error("daemon: the operation's request cannot be built; trying again later", "operation", op.ID, "in", wait, "err", err)
+	msg := "the request could not be built from the local data: " + err.Error()
+	if err := d.store.RetryAt(context.Background(), op.ID, c.owner, d.now().Add(wait), CodeLocalError, msg, false); err != nil {
+		d.storeErr("retry (request not built)", op, err)
+	}
 }
 
 // record stores the decision of an outcome in the queue. With chain

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/syncd/syncd/daemon"
+	"github.com/syncd/syncd/internal/jsonstrict"
 	"github.com/syncd/syncd/queue"
 )
 
@@ -521,5 +522,27 @@ func TestNotify(t *testing.T) {
 		if w.Code != st.status || d.notified != st.notified {
 			t.Errorf("%s %s: status %d, notified %d; want %d, %d", st.method, st.path, w.Code, d.notified, st.status, st.notified)
 		}
+	}
+}
+
+// TestQueueJSONErrors: an error from the queue that wraps a
+// *jsonstrict.Error (entity data the queue refused as JSON) is
+// 400 invalid_json with its detail, not an internal error.
+func TestQueueJSONErrors(t *testing.T) {
+	t.Parallel()
+	refused := fmt.Errorf("queue: invalid write: data: %w", &jsonstrict.Error{Kind: jsonstrict.TooDeep, Offset: 300, Detail: "nested deeper than 128"})
+	var logged strings.Builder
+	s, err := New(Config{Daemon: &fakeDaemon{account: "alice"}, Store: fakeStore{err: refused}, Token: testToken, Logger: newTestLogger(&logged)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := serve(s, "PATCH", "/v1/entities/note/n1", `{"data":{}}`)
+	var body errorBody
+	json.Unmarshal(w.Body.Bytes(), &body)
+	if w.Code != 400 || body.Error.Code != CodeInvalidJSON || !strings.Contains(body.Error.Message, "deeper than 128") {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	if logged.Len() != 0 {
+		t.Errorf("logged: %s", logged.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/syncd/syncd/daemon"
+	"github.com/syncd/syncd/internal/jsonstrict"
 	"github.com/syncd/syncd/queue"
 )
 
@@ -35,7 +36,7 @@ const (
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405
 	CodeUnsupportedMediaType = "unsupported_media_type" // 415: body without Content-Type application/json
 	CodeBodyTooLarge         = "body_too_large"         // 413
-	CodeInvalidJSON          = "invalid_json"           // 400: body is not one JSON object
+	CodeInvalidJSON          = "invalid_json"           // 400: body is not one JSON object, or JSON readers would take in different ways
 	CodeInvalidRequest       = "invalid_request"        // 400: a field, parameter or header is wrong
 	CodeNoSession            = "no_session"             // 409: the request needs a signed-in account
 	CodeEntityExists         = "entity_exists"          // 409: create of an id that is taken
@@ -101,11 +102,15 @@ func badRequest(code, message string) *apiError {
 func classify(err error) (status int, code string) {
 	var ae *apiError
 	var mbe *http.MaxBytesError
+	var je *jsonstrict.Error
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.code
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, CodeBodyTooLarge
+	case errors.As(err, &je):
+		// Entity data the queue refused as JSON.
+		return http.StatusBadRequest, CodeInvalidJSON
 	case errors.Is(err, queue.ErrInvalidWrite),
 		errors.Is(err, daemon.ErrInvalidSession),
 		errors.Is(err, daemon.ErrInvalidPolicy):

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path"
 	"runtime/debug"
+	"strconv"
 	"strings"
 )
 
@@ -72,6 +73,12 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
 
+		if seg, ok := dotID(r.URL.Path); ok {
+			// An id "." or ".." (escaped as %2E): the mux would clean it
+			// away and address another resource.
+			writeError(w, http.StatusBadRequest, CodeInvalidRequest, "id "+strconv.Quote(seg)+" in the path: "+errDotID.Error())
+			return
+		}
 		if p := cleanPath(r.URL.Path); p != r.URL.Path {
 			// The mux would redirect; an API client should fix its URL.
 			writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path+" (did you mean "+p+"?)")
@@ -157,6 +164,28 @@ func (s *Server) unrouted(w http.ResponseWriter, r *http.Request, mux *http.Serv
 	default:
 		writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
 	}
+}
+
+// dotID reports whether p puts "." or ".." where a route takes an entity
+// type, an entity id or an operation id, and returns that segment.
+func dotID(p string) (string, bool) {
+	seg := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	if len(seg) < 3 || seg[0] != "v1" {
+		return "", false
+	}
+	var ids []string
+	switch seg[1] {
+	case "entities":
+		ids = seg[2:min(len(seg), 4)]
+	case "operations":
+		ids = seg[2:3]
+	}
+	for _, s := range ids {
+		if s == "." || s == ".." {
+			return s, true
+		}
+	}
+	return "", false
 }
 
 // cleanPath is the path the mux would redirect to: path.Clean, keeping a

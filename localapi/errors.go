@@ -34,6 +34,7 @@ const (
 	CodeNotFound             = "not_found"              // 404: no such route, entity or operation
 	CodeUnknownEntityType    = "unknown_entity_type"    // 404: entity type not configured
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405
+	CodeRequestTimeout       = "request_timeout"        // 408: the body did not arrive within Config.BodyTimeout
 	CodeUnsupportedMediaType = "unsupported_media_type" // 415: body without Content-Type application/json
 	CodeBodyTooLarge         = "body_too_large"         // 413
 	CodeInvalidJSON          = "invalid_json"           // 400: body is not one JSON object, or JSON readers would take in different ways

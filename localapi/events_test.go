@@ -552,3 +552,30 @@ func TestEventsAbsurdSince(t *testing.T) {
 		t.Fatalf("%d subscriptions left open", n)
 	}
 }
+
+// The connection timeouts leave event streams alone: a stream outlives
+// the body, idle and header timeouts and still gets events.
+func TestEventsOutliveConnectionTimeouts(t *testing.T) {
+	t.Parallel()
+	e := localapitest.Start(t, localapitest.Options{Account: "alice", Config: localapi.Config{
+		ReadHeaderTimeout: 50 * time.Millisecond,
+		BodyTimeout:       50 * time.Millisecond,
+		IdleTimeout:       50 * time.Millisecond,
+	}})
+	conn := mustDial(t, e, wsOpts{})
+	// A connection the timeouts close, opened after the stream: once it
+	// is closed, the stream has been open longer than they allow.
+	c, err := net.Dial("tcp", e.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("waiting for the idle connection to be closed: %v", err)
+	}
+	createNote(t, e, 0)
+	if ev := readEvent(t, conn); ev.EntityID != "n0" {
+		t.Fatalf("got %+v", ev)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // securityHeaders go on every answer, errors included (as Tailscale's
@@ -38,8 +39,9 @@ const (
 // handler is answered 500 internal and logged (recoverPanic).
 func (s *Server) guard(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pw := &panicWriter{ResponseWriter: w}
+		pw := &panicWriter{ResponseWriter: w, writeTimeout: s.writeTimeout}
 		defer s.recoverPanic(pw, r)
+		limitBody(w, r, s.bodyTimeout)
 		h := w.Header()
 		for _, kv := range securityHeaders {
 			h.Set(kv[0], kv[1])
@@ -67,6 +69,7 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or wrong bearer token (Authorization: Bearer <token from the data directory's api-token file>)")
 			return
 		}
+		s.gate.authenticated(r)
 		if r.ContentLength > s.maxBody {
 			writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body is larger than "+itoa(s.maxBody)+" bytes")
 			return
@@ -119,19 +122,32 @@ func (s *Server) recoverPanic(pw *panicWriter, r *http.Request) {
 // Unwrap gives http.ResponseController the connection's own writer
 // (deadlines, flushes); Hijack is seen here so that a panic after a
 // WebSocket upgrade writes nothing.
+//
+// It also starts the answer's write deadline (Config.WriteTimeout) when
+// the answer begins.
 type panicWriter struct {
 	http.ResponseWriter
-	wrote    bool
-	hijacked bool
+	writeTimeout time.Duration
+	wrote        bool
+	hijacked     bool
+}
+
+func (p *panicWriter) begin() {
+	if !p.wrote {
+		p.wrote = true
+		if p.writeTimeout > 0 {
+			_ = http.NewResponseController(p.ResponseWriter).SetWriteDeadline(time.Now().Add(p.writeTimeout))
+		}
+	}
 }
 
 func (p *panicWriter) WriteHeader(status int) {
-	p.wrote = true
+	p.begin()
 	p.ResponseWriter.WriteHeader(status)
 }
 
 func (p *panicWriter) Write(b []byte) (int, error) {
-	p.wrote = true
+	p.begin()
 	return p.ResponseWriter.Write(b)
 }
 

@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,9 @@ func readBody(r *http.Request) ([]byte, error) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, err
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &apiError{http.StatusRequestTimeout, CodeRequestTimeout, "the request body did not arrive within the body timeout (docs/localapi.md, Limits)"}
 		}
 		return nil, badRequest(CodeInvalidJSON, "reading the request body: "+err.Error())
 	}

@@ -183,7 +183,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !s.ws.add() {
-		s.fail(w, r, &apiError{http.StatusServiceUnavailable, CodeShuttingDown, "syncd is shutting down"})
+		s.fail(w, r, &apiError{http.StatusServiceUnavailable, CodeShuttingDown, msgShuttingDown})
 		return
 	}
 	defer s.ws.done()
@@ -192,11 +192,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, daemon.ErrTooManySubscribers):
 		s.fail(w, r, &apiError{http.StatusServiceUnavailable, CodeTooManySubscribers, err.Error() + "; try again later"})
 		return
-	case errors.Is(err, daemon.ErrBusClosed):
-		s.fail(w, r, &apiError{http.StatusServiceUnavailable, CodeShuttingDown, "syncd is shutting down"})
-		return
 	case err != nil:
-		s.fail(w, r, err)
+		s.fail(w, r, err) // daemon.ErrBusClosed: shutting_down
 		return
 	}
 	defer sub.Close()

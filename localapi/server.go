@@ -182,6 +182,7 @@ type Server struct {
 	writeTimeout      time.Duration
 	idleTimeout       time.Duration
 	gate              connGate
+	storageFull       rateLog
 
 	runMu   sync.Mutex
 	running bool

@@ -159,6 +159,8 @@ type Daemon struct {
 	answers      uint64        // answers from the remote so far: a probe failure that began before one is stale
 	offline      chan struct{} // buffered 1: tells the prober an outage began
 
+	mis misconfig // a remote every operation fails on the same way
+
 	life lifecycle
 }
 
@@ -257,10 +259,15 @@ type Status struct {
 	// answer, false after a network error or timeout (and before any
 	// contact).
 	Online bool `json:"online"`
-	// Paused is true when sending is held back: no session, or the
-	// session's token was refused and a new one is awaited.
+	// Paused is true when sending is held back: no session, the
+	// session's token was refused and a new one is awaited, or the
+	// remote looks misconfigured (RemoteProblem).
 	Paused      bool   `json:"paused"`
 	PauseReason string `json:"pauseReason,omitempty"`
+	// RemoteProblem is set while sending is paused because every
+	// operation fails the same way (PauseRemoteMisconfigured): what was
+	// seen and how to fix it.
+	RemoteProblem *RemoteProblem `json:"remoteProblem,omitempty"`
 	// Counts and OldestPendingAgeSecond cover every account's
 	// operations, as the metrics do.
 	Counts                 map[queue.State]int `json:"counts"`
@@ -296,6 +303,9 @@ func (d *Daemon) Status(ctx context.Context) (Status, error) {
 		s.Paused, s.PauseReason = true, PauseSessionRefreshNeeded
 	}
 	d.mu.Unlock()
+	if s.RemoteProblem = d.remoteProblem(); s.RemoteProblem != nil && !s.Paused {
+		s.Paused, s.PauseReason = true, PauseRemoteMisconfigured
+	}
 	s.Online = d.Online()
 
 	// One read for both: the account's share never disagrees with the

@@ -148,6 +148,16 @@ func (d *Daemon) unbuildable(c claimed, err error) {
 // session changed.
 func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (next claimed, ok bool) {
 	op := c.op
+	if at, held := d.checkRemote(c, o); held {
+		// The remote looks misconfigured: the operation waits for it to
+		// be fixed instead of failing.
+		d.metrics.attempt(o.Code)
+		msg := "held: the remote looks misconfigured (see syncd status): " + message(o)
+		if err := d.store.RetryAt(context.Background(), op.ID, c.owner, at, o.Code, msg, maybeApplied(o)); err != nil {
+			d.storeErr("hold", op, err)
+		}
+		return next, false
+	}
 	ctx := context.Background() // the outcome must land even while stopping
 	if d.inSend.Load() > 0 {
 		// Other sends are in flight, and under load their outcomes

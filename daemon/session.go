@@ -42,6 +42,16 @@ func (d *Daemon) SetSession(ctx context.Context, accountID, token string) error 
 	if err := transport.ValidateToken(token); err != nil {
 		return fmt.Errorf("%w: accessToken %v", ErrInvalidSession, err)
 	}
+	if err := d.setSession(ctx, accountID, token); err != nil {
+		return err
+	}
+	// A remote paused as misconfigured is checked again at once: the
+	// user may have fixed something.
+	d.recheckRemote()
+	return nil
+}
+
+func (d *Daemon) setSession(ctx context.Context, accountID, token string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	data, _ := json.Marshal(map[string]string{"accountId": accountID})

@@ -41,6 +41,9 @@ type Options struct {
 	// Drain starts the daemon's workers, sending to an in-process
 	// reference remote server with dev tokens.
 	Drain bool
+	// Transport is the config of the daemon's transport when Drain is
+	// set; BaseURL is filled in.
+	Transport transport.Config
 	// Daemon is the daemon's config; Store, Transport and Logger are
 	// filled in.
 	Daemon daemon.Config
@@ -119,7 +122,9 @@ func Start(t testing.TB, o Options) *Env {
 			rs.Close()
 		})
 		e.Remote = rs
-		tc, err := transport.New(transport.Config{BaseURL: hs.URL})
+		tcfg := o.Transport
+		tcfg.BaseURL = hs.URL
+		tc, err := transport.New(tcfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,7 +40,7 @@ var table = []setting{
 	{"mergeableTypes", "mergeable-types", "comma-separated entity types whose unsent updates a later write of the entity may supersede (default: none)", false, func(s *Settings) any { return &s.MergeableTypes }},
 	{"concurrency", "concurrency", "operations sent to the remote at once", false, func(s *Settings) any { return &s.Concurrency }},
 	{"requestTimeout", "request-timeout", "bound on one request to the remote", false, func(s *Settings) any { return &s.RequestTimeout }},
-	{"maxOperationAge", "max-operation-age", "age past which a retried operation waits for the user instead of being resent", false, func(s *Settings) any { return &s.MaxOperationAge }},
+	{"maxOperationAge", "max-operation-age", "age past which an operation that may have been applied waits for the user instead of being resent", false, func(s *Settings) any { return &s.MaxOperationAge }},
 	{"doneRetention", "done-retention", "how long sent operations are kept", false, func(s *Settings) any { return &s.DoneRetention }},
 	{"maxDataBytes", "max-data-bytes", "largest entity data accepted", false, func(s *Settings) any { return &s.MaxDataBytes }},
 	{"maxBodyBytes", "max-body-bytes", "largest local API request body (default: max-data-bytes + 64 KiB)", false, func(s *Settings) any { return &s.MaxBodyBytes }},

@@ -68,9 +68,11 @@ type Settings struct {
 	Concurrency int `json:"concurrency"`
 	// RequestTimeout bounds one request to the remote.
 	RequestTimeout time.Duration `json:"requestTimeout"`
-	// MaxOperationAge: an operation older than this that was attempted
-	// before fails for the user to review instead of being resent, and
-	// retrying gives up at this age. Keep it below the server's
+	// MaxOperationAge: an operation older than this (counted from the
+	// latest of its creation and the user's retry) that may have been
+	// applied fails for the user to review instead of being resent, and
+	// retrying it gives up at this age. One that cannot have been
+	// applied is sent whatever its age. Keep it below the server's
 	// idempotency retention.
 	MaxOperationAge time.Duration `json:"maxOperationAge"`
 	// DoneRetention is how long sent operations are kept.

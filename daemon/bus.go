@@ -3,6 +3,8 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 
@@ -20,6 +22,12 @@ const (
 	DefaultSubscriberBuffer = 1024
 	// DefaultMaxSubscribers caps concurrent subscribers.
 	DefaultMaxSubscribers = 256
+	// DefaultReplayChunk is how many events one read of the durable
+	// change log decodes when a subscriber resumes from before the
+	// in-memory history. Each read is its own short read transaction (a
+	// long one would hold up the remap a growing write needs), and a
+	// replay holds at most one chunk in memory.
+	DefaultReplayChunk = 256
 )
 
 // EventResync is sent instead of a replay when a subscriber asks to
@@ -43,17 +51,23 @@ type BusConfig struct {
 	History          int
 	SubscriberBuffer int
 	MaxSubscribers   int
+	// ReplayChunk bounds the events one read of the durable log decodes
+	// during a replay (default DefaultReplayChunk).
+	ReplayChunk int
 }
 
 // Bus fans the queue's committed change-log events out to subscribers.
 // Publish is the queue's OnCommit hook: it never blocks. Each subscriber
 // has a bounded buffer and is cut off (ErrSlowSubscriber) rather than
 // slowing the writer.
+//
+// Every method releases the bus's lock with defer, so a panic anywhere
+// under it cannot leave Publish, and so every commit, waiting forever.
 type Bus struct {
 	cfg BusConfig
 
 	mu      sync.Mutex
-	ring    []queue.Event // the newest events, oldest first, contiguous seqs
+	ring    []queue.Event // the newest events, oldest first, seqs ascending
 	subs    map[*Subscription]struct{}
 	last    uint64 // newest seq published
 	closed  bool
@@ -62,6 +76,8 @@ type Bus struct {
 
 // EventSource is the durable history behind the bus: the store.
 type EventSource interface {
+	// Events returns up to limit events with seq > since, oldest first,
+	// and the seq of the oldest event kept (0: none).
 	Events(since uint64, limit int) ([]queue.Event, uint64, error)
 	LastEventSeq() (uint64, error)
 }
@@ -77,6 +93,9 @@ func NewBus(cfg BusConfig) *Bus {
 	}
 	if cfg.MaxSubscribers <= 0 {
 		cfg.MaxSubscribers = DefaultMaxSubscribers
+	}
+	if cfg.ReplayChunk <= 0 {
+		cfg.ReplayChunk = DefaultReplayChunk
 	}
 	return &Bus{cfg: cfg, subs: map[*Subscription]struct{}{}}
 }
@@ -155,24 +174,33 @@ func (f Filter) Match(e queue.Event) bool {
 	return false
 }
 
-// Subscription is one subscriber's stream: first the missed events
-// (Replay), then live ones on C. C closes when the subscription ends;
-// Err says why.
+// Subscription is one subscriber's stream: first the missed events (the
+// replay: ReplayChunk, or Next), then live ones on C. C closes when the
+// subscription ends; Err says why.
+//
+// The replay is read from the durable log as the subscriber takes it, a
+// chunk (BusConfig.ReplayChunk events) at a time, so resuming from far
+// back holds neither a long read transaction nor the whole backlog in
+// memory. Only one goroutine may read the replay.
 type Subscription struct {
 	bus    *Bus
 	filter Filter
 	ch     chan queue.Event
-	// Replay holds the events after `since` that were committed before
-	// the subscription started, oldest first; or one resync event.
-	Replay []queue.Event
+
+	// The replay. pending is handed out first; then, while src is set,
+	// the log is read after readFrom up to readUpto.
+	pending  []queue.Event
+	src      EventSource
+	readFrom uint64
+	readUpto uint64
 
 	mu   sync.Mutex
 	err  error
 	last uint64 // newest seq handed out via Next
 }
 
-// C returns the live channel. Prefer Next, which also drains Replay and
-// skips duplicates.
+// C returns the live channel. Prefer Next, which also drains the replay
+// and skips duplicates.
 func (s *Subscription) C() <-chan queue.Event { return s.ch }
 
 // Err returns why the subscription ended, or nil while it is open.
@@ -189,98 +217,161 @@ func (s *Subscription) Close() {
 	s.bus.dropLocked(s, nil)
 }
 
+// end ends the subscription with err.
+func (s *Subscription) end(err error) {
+	s.bus.mu.Lock()
+	defer s.bus.mu.Unlock()
+	s.bus.dropLocked(s, err)
+}
+
 func (b *Bus) dropLocked(s *Subscription, err error) {
 	if _, ok := b.subs[s]; !ok {
 		return
 	}
 	delete(b.subs, s)
-	s.mu.Lock()
-	s.err = err
-	s.mu.Unlock()
+	s.setErr(err)
 	close(s.ch)
+}
+
+func (s *Subscription) setErr(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.err = err
+}
+
+// ReplayChunk returns the next part of the replay, oldest first: the
+// events after since that were committed before the subscription
+// started, or a single resync event. It returns no events once the
+// replay is over; live events follow on C. An error reading the
+// durable log ends the replay (the caller should end the
+// subscription).
+func (s *Subscription) ReplayChunk() ([]queue.Event, error) {
+	for len(s.pending) == 0 && s.src != nil {
+		if err := s.read(); err != nil {
+			return nil, err
+		}
+	}
+	out := s.pending
+	s.pending = nil
+	return out, nil
+}
+
+// read reads the next chunk of the durable log into pending.
+func (s *Subscription) read() error {
+	if s.readFrom >= s.readUpto {
+		s.src = nil
+		return nil
+	}
+	n := int(min(s.readUpto-s.readFrom, uint64(s.bus.cfg.ReplayChunk)))
+	events, oldest, err := s.src.Events(s.readFrom, n)
+	if err != nil {
+		s.src = nil
+		return fmt.Errorf("daemon: replaying events after %d: %w", s.readFrom, err)
+	}
+	if oldest == 0 || s.readFrom+1 < oldest || len(events) == 0 {
+		// Swept since the subscription started: the subscriber missed
+		// events and must re-read state.
+		s.src = nil
+		s.pending = []queue.Event{{Seq: s.readUpto, Type: EventResync}}
+		return nil
+	}
+	from := s.readFrom
+	s.readFrom = events[len(events)-1].Seq
+	s.pending = after(events, from, s.readUpto, s.filter)
+	return nil
 }
 
 // Subscribe starts a subscription that resumes after seq since (0: from
 // the start of the retained history; use LastSeq to start from now).
 // When since is older than the retained history, or newer than anything
-// ever published (a data directory that was reset), Replay is a single
-// resync event.
+// ever published (a data directory that was reset, or a since no
+// publisher made, up to 2^64-1), the replay is a single resync event.
+// Whether the log still holds what follows since is decided before any
+// of the backlog is read; the backlog itself is read in chunks as the
+// subscriber takes it (ReplayChunk).
 func (b *Bus) Subscribe(since uint64, f Filter) (*Subscription, error) {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return nil, ErrBusClosed
+	s, ring, last, src, err := b.register(since, f)
+	if err != nil {
+		return nil, err
 	}
-	if len(b.subs) >= b.cfg.MaxSubscribers {
-		b.mu.Unlock()
-		return nil, fmt.Errorf("%w (limit %d)", ErrTooManySubscribers, b.cfg.MaxSubscribers)
-	}
-	s := &Subscription{bus: b, filter: f, ch: make(chan queue.Event, b.cfg.SubscriberBuffer)}
-	b.subs[s] = struct{}{}
-	// Copy only the part of the ring after since (seqs in the ring are
-	// contiguous): Publish, and so every commit, waits while this holds
-	// the lock. ringStart is the first seq the ring held.
-	var ring []queue.Event
-	var ringStart uint64
-	if len(b.ring) > 0 {
-		ringStart = b.ring[0].Seq
-		from := 0
-		if since >= ringStart {
-			from = min(int(since-ringStart+1), len(b.ring))
-		}
-		ring = append([]queue.Event(nil), b.ring[from:]...)
-	}
-	last, src := b.last, b.backlog
-	b.mu.Unlock()
-
 	resync := []queue.Event{{Seq: last, Type: EventResync}}
 	switch {
 	case since > last:
-		s.Replay = resync
+		s.pending = resync
 	case since == last:
-	case ringStart > 0 && since+1 >= ringStart:
-		s.Replay = after(ring, since, f)
+	case ring != nil:
+		s.pending = after(ring, since, last, f)
 	case src == nil:
-		s.Replay = resync
+		s.pending = resync
 	default:
-		// Older than the in-memory history: read the durable log up to
-		// where the ring starts (or to the end when the ring is empty).
-		upto := last
-		if ringStart > 0 {
-			upto = ringStart - 1
-		}
-		events, oldest, err := src.Events(since, int(upto-since))
+		// Older than the in-memory history: is the event after since
+		// still in the durable log? One event read tells, and it is the
+		// replay's first.
+		events, oldest, err := src.Events(since, 1)
 		if err != nil {
 			s.Close()
 			return nil, err
 		}
-		if oldest == 0 || since+1 < oldest {
-			s.Replay = resync
+		if oldest == 0 || since+1 < oldest || len(events) == 0 {
+			s.pending = resync
 			break
 		}
-		s.Replay = append(after(events, since, f), after(ring, since, f)...)
+		s.pending = after(events, since, last, f)
+		s.src, s.readFrom, s.readUpto = src, events[0].Seq, last
 	}
 	return s, nil
 }
 
-func after(events []queue.Event, since uint64, f Filter) []queue.Event {
+// register adds a subscription and, when the in-memory history holds
+// every event after since up to the newest, copies that part of it
+// (ring is nil otherwise). Publish, and so every commit, waits while the
+// lock is held, so only the part after since is copied.
+func (b *Bus) register(since uint64, f Filter) (s *Subscription, ring []queue.Event, last uint64, src EventSource, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, nil, 0, nil, ErrBusClosed
+	}
+	if len(b.subs) >= b.cfg.MaxSubscribers {
+		return nil, nil, 0, nil, fmt.Errorf("%w (limit %d)", ErrTooManySubscribers, b.cfg.MaxSubscribers)
+	}
+	s = &Subscription{bus: b, filter: f, ch: make(chan queue.Event, b.cfg.SubscriberBuffer)}
+	b.subs[s] = struct{}{}
+	last, src = b.last, b.backlog
+	if n := len(b.ring); since < last && n > 0 && b.ring[0].Seq <= since+1 && b.ring[n-1].Seq == last {
+		from := sort.Search(n, func(i int) bool { return b.ring[i].Seq > since })
+		ring = slices.Clone(b.ring[from:])
+	}
+	return s, ring, last, src, nil
+}
+
+// after returns the events with since < seq <= upto that pass f.
+func after(events []queue.Event, since, upto uint64, f Filter) []queue.Event {
 	var out []queue.Event
 	for _, e := range events {
-		if e.Seq > since && f.Match(e) {
+		if e.Seq > since && e.Seq <= upto && f.Match(e) {
 			out = append(out, e)
 		}
 	}
 	return out
 }
 
-// Next returns the next event: Replay first, then live events, skipping
-// any seq already returned. ok is false when the subscription has ended
-// (see Err). It blocks until an event arrives; select on C to also wait
+// Next returns the next event: the replay first, then live events,
+// skipping any seq already returned. ok is false when the subscription
+// has ended (see Err; an error reading the replay ends it too). It blocks until an event arrives; select on C to also wait
 // for something else.
 func (s *Subscription) Next() (e queue.Event, ok bool) {
 	for {
-		if len(s.Replay) > 0 {
-			e, s.Replay = s.Replay[0], s.Replay[1:]
+		if len(s.pending) == 0 && s.src != nil {
+			chunk, err := s.ReplayChunk()
+			if err != nil {
+				s.end(err)
+				return e, false
+			}
+			s.pending = chunk
+		}
+		if len(s.pending) > 0 {
+			e, s.pending = s.pending[0], s.pending[1:]
 		} else if e, ok = <-s.ch; !ok {
 			return e, false
 		}
@@ -292,7 +383,7 @@ func (s *Subscription) Next() (e queue.Event, ok bool) {
 
 // Accept records e as delivered and reports whether it is new (its seq
 // is above every seq delivered before). Readers that select on C use it
-// to drop the overlap between Replay and live events.
+// to drop the overlap between the replay and live events.
 func (s *Subscription) Accept(e queue.Event) bool {
 	if e.Type == EventResync {
 		s.last = max(s.last, e.Seq)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -211,5 +212,169 @@ func TestBusLimitsAndFilters(t *testing.T) {
 	}
 	if !errors.Is(a.Err(), ErrBusClosed) || !errors.Is(b.Err(), ErrBusClosed) {
 		t.Fatalf("after close: %v, %v", a.Err(), b.Err())
+	}
+}
+
+// A since past every seq ever published (2^64-1 included: a client bug,
+// or a data directory replaced under a client) is a resync, never an
+// overflow. The bus keeps working after it: writes publish, other
+// subscribers read, Close ends them.
+func TestBusAbsurdSince(t *testing.T) {
+	t.Parallel()
+	for _, history := range []int{1, 4, 1000} {
+		t.Run(fmt.Sprintf("ring=%d", history), func(t *testing.T) {
+			t.Parallel()
+			s, bus := busStore(t, BusConfig{History: history}, queue.Config{})
+			writeNotes(t, s, 0, 3) // seqs 1..6
+			last := bus.LastSeq()
+			for _, since := range []uint64{math.MaxUint64, math.MaxUint64 - 1, 1 << 63, last + 1, last + 2} {
+				sub, err := bus.Subscribe(since, Filter{})
+				if err != nil {
+					t.Fatalf("since %d: %v", since, err)
+				}
+				if e, ok := sub.Next(); !ok || e.Type != EventResync || e.Seq != last {
+					t.Fatalf("since %d: first event %+v (%v), want resync at %d", since, e, ok, last)
+				}
+				sub.Close()
+			}
+			// Every since from 0 to last replays exactly what follows it.
+			for since := range uint64(7) {
+				sub, err := bus.Subscribe(since, Filter{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				writeNotes(t, s, int(100+since), 1) // two live events
+				got := drain(t, sub, int(last-since)+2)
+				checkContiguous(t, got, since+1)
+				sub.Close()
+				last = bus.LastSeq()
+			}
+			live, err := bus.Subscribe(bus.LastSeq(), Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeNotes(t, s, 1000, 1)
+			checkContiguous(t, drain(t, live, 2), last+1)
+			bus.Close()
+			if _, ok := live.Next(); ok || !errors.Is(live.Err(), ErrBusClosed) {
+				t.Fatalf("after Close: %v", live.Err())
+			}
+		})
+	}
+}
+
+// countingSource is the durable log behind a bus, counting what each
+// read decodes.
+type countingSource struct {
+	EventSource
+	mu      sync.Mutex
+	reads   int
+	decoded int
+	maxRead int
+}
+
+func (c *countingSource) Events(since uint64, limit int) ([]queue.Event, uint64, error) {
+	events, oldest, err := c.EventSource.Events(since, limit)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reads++
+	c.decoded += len(events)
+	c.maxRead = max(c.maxRead, len(events))
+	return events, oldest, err
+}
+
+func (c *countingSource) counts() (reads, decoded, maxRead int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads, c.decoded, c.maxRead
+}
+
+// A resume from before the in-memory history reads the durable log in
+// chunks as the subscriber takes them, each read its own short
+// transaction; a since the log no longer holds is a resync decided
+// before anything of the backlog is decoded.
+func TestBusReplayIsChunked(t *testing.T) {
+	t.Parallel()
+	const chunk = 50
+	s, bus := busStore(t, BusConfig{History: 4, ReplayChunk: chunk}, queue.Config{EventHistory: 1000})
+	src := &countingSource{EventSource: s}
+	if err := bus.SetSource(src); err != nil {
+		t.Fatal(err)
+	}
+	writeNotes(t, s, 0, 1000) // seqs 1..2000
+	if _, _, err := s.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	oldest := bus.LastSeq() - 999 // the log keeps 1000 events
+
+	// Swept: resync, at most one event decoded to find out.
+	sub, err := bus.Subscribe(1, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, decoded, _ := src.counts(); decoded > 1 {
+		t.Fatalf("the resync decision decoded %d events", decoded)
+	}
+	if e, ok := sub.Next(); !ok || e.Type != EventResync {
+		t.Fatalf("first event %+v, want resync", e)
+	}
+	sub.Close()
+
+	// In range: nothing read beyond the first event until the
+	// subscriber reads, then chunks of at most 50.
+	r0, d0, _ := src.counts()
+	sub, err = bus.Subscribe(oldest-1, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if _, decoded, _ := src.counts(); decoded-d0 > 1 {
+		t.Fatalf("Subscribe decoded %d events before the subscriber read any", decoded-d0)
+	}
+	got := drain(t, sub, 1000)
+	checkContiguous(t, got, oldest)
+	reads, decoded, maxRead := src.counts()
+	if maxRead > chunk {
+		t.Errorf("one read decoded %d events, want at most %d", maxRead, chunk)
+	}
+	if decoded-d0 != 1000 || reads-r0 < 1000/chunk {
+		t.Errorf("replay of 1000 events: %d reads decoding %d", reads-r0, decoded-d0)
+	}
+}
+
+// Events swept while a subscriber is part way through its replay: it
+// gets a resync where the gap is, never a silent gap.
+func TestBusReplaySweptMidway(t *testing.T) {
+	t.Parallel()
+	s, bus := busStore(t, BusConfig{History: 4, ReplayChunk: 10}, queue.Config{EventHistory: 100})
+	writeNotes(t, s, 0, 50) // seqs 1..100
+	sub, err := bus.Subscribe(0, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	checkContiguous(t, drain(t, sub, 10), 1)
+	writeNotes(t, s, 50, 50) // seqs 101..200; sweep keeps 101..200
+	if _, _, err := s.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var e queue.Event
+	for {
+		var ok bool
+		if e, ok = sub.Next(); !ok {
+			t.Fatalf("ended: %v", sub.Err())
+		}
+		if e.Type == EventResync {
+			break
+		}
+		if e.Seq > 100 {
+			t.Fatalf("event %d after a gap without a resync", e.Seq)
+		}
+	}
+	// Live events follow the resync without a repeat.
+	writeNotes(t, s, 100, 1)
+	got := drain(t, sub, 2)
+	if got[0].Seq <= e.Seq {
+		t.Fatalf("after resync at %d: %+v", e.Seq, got)
 	}
 }

@@ -36,11 +36,14 @@ const (
 	DefaultLease = 3 * transport.DefaultTimeout
 	// DefaultSweepInterval is how often the retention sweep runs.
 	DefaultSweepInterval = 10 * time.Minute
-	// DefaultMaxOperationAge is the age past which an operation that was
-	// already attempted is not sent again but fails with
+	// DefaultMaxOperationAge is the age past which an operation that may
+	// have been applied (an attempt went out without a definite answer:
+	// queue.Operation.MaybeApplied) is not sent again but fails with
 	// CodeOperationExpired: a day short of the reference server's 7-day
 	// idempotency retention. A resend after the server forgot the key
-	// could apply the operation a second time.
+	// could apply the operation a second time. The age counts from the
+	// latest of creation and the user's retry or renewal. An operation
+	// that cannot have been applied is sent whatever its age.
 	DefaultMaxOperationAge = 6 * 24 * time.Hour
 )
 
@@ -64,7 +67,9 @@ type Config struct {
 	// without one; the session guard and status work without it.
 	Transport Sender
 	// Policy schedules retries (zero: transport's defaults, but a zero
-	// MaxElapsed is MaxOperationAge).
+	// MaxElapsed is MaxOperationAge). MaxElapsed gives up only on
+	// operations that may have been applied; the others are retried at
+	// the capped backoff however long it takes.
 	Policy transport.Policy
 	// Concurrency bounds the operations being sent at once (default
 	// DefaultConcurrency).
@@ -73,11 +78,12 @@ type Config struct {
 	// DefaultLease). It must outlive the transport's request timeout; a
 	// send is also cut off at two thirds of it.
 	Lease time.Duration
-	// MaxOperationAge: an operation created longer ago that was attempted
-	// before fails with CodeOperationExpired instead of being resent
-	// (default DefaultMaxOperationAge), and retries give up after it
-	// (unless Policy.MaxElapsed says otherwise). Keep it below the
-	// server's idempotency retention.
+	// MaxOperationAge: an operation that may have been applied and is
+	// older than this, counted from the latest of its creation and the
+	// user's retry or renewal, fails with CodeOperationExpired instead
+	// of being resent (default DefaultMaxOperationAge), and retrying it
+	// gives up after it (unless Policy.MaxElapsed says otherwise). Keep
+	// it below the server's idempotency retention.
 	MaxOperationAge time.Duration
 	// Rand returns a uniform value in [0, n), for backoff jitter (default
 	// math/rand/v2's Int64N). Tests pass a seeded generator.
@@ -153,12 +159,17 @@ type Daemon struct {
 	answers      uint64        // answers from the remote so far: a probe failure that began before one is stale
 	offline      chan struct{} // buffered 1: tells the prober an outage began
 
+	mis misconfig // a remote every operation fails on the same way
+
 	life lifecycle
 }
 
 type hooks struct {
 	afterClaim    func(queue.Operation)
 	afterResponse func(queue.Operation, transport.Outcome)
+	// entityRow, when set by a test, replaces the store's EntityRow
+	// when a request is built.
+	entityRow func(account, entityType, id string) (queue.Entity, error)
 }
 
 // New returns a Daemon over cfg.Store, with the session stored in it.
@@ -248,10 +259,15 @@ type Status struct {
 	// answer, false after a network error or timeout (and before any
 	// contact).
 	Online bool `json:"online"`
-	// Paused is true when sending is held back: no session, or the
-	// session's token was refused and a new one is awaited.
+	// Paused is true when sending is held back: no session, the
+	// session's token was refused and a new one is awaited, or the
+	// remote looks misconfigured (RemoteProblem).
 	Paused      bool   `json:"paused"`
 	PauseReason string `json:"pauseReason,omitempty"`
+	// RemoteProblem is set while sending is paused because every
+	// operation fails the same way (PauseRemoteMisconfigured): what was
+	// seen and how to fix it.
+	RemoteProblem *RemoteProblem `json:"remoteProblem,omitempty"`
 	// Counts and OldestPendingAgeSecond cover every account's
 	// operations, as the metrics do.
 	Counts                 map[queue.State]int `json:"counts"`
@@ -287,6 +303,9 @@ func (d *Daemon) Status(ctx context.Context) (Status, error) {
 		s.Paused, s.PauseReason = true, PauseSessionRefreshNeeded
 	}
 	d.mu.Unlock()
+	if s.RemoteProblem = d.remoteProblem(); s.RemoteProblem != nil && !s.Paused {
+		s.Paused, s.PauseReason = true, PauseRemoteMisconfigured
+	}
 	s.Online = d.Online()
 
 	// One read for both: the account's share never disagrees with the

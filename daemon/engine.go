@@ -96,7 +96,9 @@ func (d *Daemon) Stop(ctx context.Context) {
 	select {
 	case <-l.stopped:
 	case <-ctx.Done():
-		l.cancel()
+		if l.cancel != nil { // nil when stopped before Start
+			l.cancel()
+		}
 		<-l.stopped
 	}
 	if l.cancel != nil {
@@ -133,9 +135,12 @@ func (d *Daemon) worker(hard context.Context) {
 					// Stop began while this was claimed: nothing new is
 					// sent, and an attempt not made is not counted.
 					d.releaseUnsent(c, "stopping")
+					if c.trial {
+						d.endTrial()
+					}
 					return
 				}
-				c, ok = d.process(hard, c, true)
+				c, ok = d.processOne(hard, c, true)
 			}
 			continue
 		}
@@ -177,6 +182,7 @@ type claimed struct {
 	op    queue.Operation
 	owner string // the lease owner: this daemon and a claim number
 	sess  sessionSnap
+	trial bool // the recheck of a remote paused as misconfigured
 }
 
 // claim takes the next ready operation of the current session's account.
@@ -192,15 +198,31 @@ func (d *Daemon) claim(ctx context.Context) (c claimed, ok bool, err error) {
 	if err != nil || !ok || at.After(d.now()) {
 		return c, false, err
 	}
+	gateOK, trial := d.remoteGate()
+	if !gateOK {
+		return c, false, nil
+	}
 	owner := d.newOwner()
 	op, err := d.store.Claim(ctx, sess.account, owner, d.lease)
+	if err != nil && trial {
+		d.endTrial()
+	}
 	if errors.Is(err, queue.ErrNoReady) {
 		return c, false, nil
 	}
 	if err != nil {
 		return c, false, err
 	}
-	return claimed{op: op, owner: owner, sess: sess}, true, nil
+	return claimed{op: op, owner: owner, sess: sess, trial: trial}, true, nil
+}
+
+// processOne processes c and ends its recheck if it was one, whatever
+// became of it.
+func (d *Daemon) processOne(hard context.Context, c claimed, chain bool) (next claimed, ok bool) {
+	if c.trial {
+		defer d.endTrial()
+	}
+	return d.process(hard, c, chain)
 }
 
 // newOwner names a new lease: this daemon and a claim number.
@@ -228,6 +250,14 @@ func (d *Daemon) nextWake() (time.Time, bool) {
 	if err != nil {
 		return d.now().Add(idleRetry), true
 	}
+	if check, paused, wait := d.misconfigWake(); ok && paused {
+		if wait {
+			return time.Time{}, false // the recheck's end wakes the workers
+		}
+		if check.After(at) {
+			at = check
+		}
+	}
 	return at, ok
 }
 
@@ -251,7 +281,7 @@ func (d *Daemon) RunOnce(ctx context.Context) (int, error) {
 			break
 		}
 		n++
-		wg.Go(func() { d.process(ctx, c, false) })
+		wg.Go(func() { d.processOne(ctx, c, false) })
 	}
 	wg.Wait()
 	return n, nil

@@ -342,8 +342,10 @@ func TestOperationExpired(t *testing.T) {
 	}
 }
 
-// Retrying stops by elapsed time: past the policy's MaxElapsed the op
-// fails with retry_expired.
+// Retrying an operation that may have been applied (a 500: the server
+// may have committed before failing) stops by elapsed time: past the
+// policy's MaxElapsed the op fails with retry_expired. (One that cannot
+// have been applied never does: TestOfflineThreeWeeksSendsEverything.)
 func TestRetryExpired(t *testing.T) {
 	t.Parallel()
 	e := setup(t, envOpts{cfg: Config{
@@ -351,16 +353,16 @@ func TestRetryExpired(t *testing.T) {
 		Rand:   func(n int64) int64 { return n - 1 },
 	}})
 	e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action {
-		return faultproxy.Action{Kind: faultproxy.Respond, Status: 503}
+		return faultproxy.Action{Kind: faultproxy.Respond, Status: 500}
 	})
 	c := e.create("n1", `{"v":1}`)
 	e.drain()
 	op := e.wantState(c.Operation.ID, queue.StatePermanentFailed)
-	if op.LastErrorCode != CodeRetryExpired {
-		t.Fatalf("code %q", op.LastErrorCode)
+	if op.LastErrorCode != CodeRetryExpired || !op.MaybeApplied {
+		t.Fatalf("code %q, maybeApplied %v", op.LastErrorCode, op.MaybeApplied)
 	}
-	if got := counter(t, e.d.Registry(), "offline_attempts_total", "result", transport.CodeUnavailable); got != 1 {
-		t.Errorf("offline_attempts_total{result=unavailable} = %v", got)
+	if got := counter(t, e.d.Registry(), "offline_attempts_total", "result", transport.CodeServerError); got != 1 {
+		t.Errorf("offline_attempts_total{result=server_error} = %v", got)
 	}
 }
 
@@ -735,7 +737,7 @@ func TestUserRetryRestartsDeadline(t *testing.T) {
 	e := setup(t, envOpts{cfg: Config{
 		Policy: transport.Policy{MaxElapsed: 10 * time.Minute, Backoff: transport.Backoff{Base: time.Minute, Max: time.Minute}},
 	}})
-	down := respondWhile(e, 503)
+	down := respondWhile(e, 500) // may have been applied: the deadline holds
 	c := e.create("n1", `{"v":1}`)
 	e.drain()
 	e.wantState(c.Operation.ID, queue.StateRetryWaiting)

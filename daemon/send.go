@@ -13,12 +13,18 @@ import (
 
 // Codes the daemon records on operations, beside transport's codes.
 const (
-	// CodeOperationExpired: the operation was attempted before and is
-	// older than Config.MaxOperationAge; the server may have forgotten
-	// its key, so it is not resent blindly. The user reviews it.
+	// CodeOperationExpired: an attempt of the operation may have been
+	// applied (queue.Operation.MaybeApplied) and it is older than
+	// Config.MaxOperationAge, counted from the latest of its creation
+	// and the user's retry or renewal; the server may have forgotten its
+	// key, so it is not resent blindly. The user reviews it.
 	CodeOperationExpired = "operation_expired"
-	// CodeRetryExpired: retrying would go past the policy's MaxElapsed
-	// (transport.CodeRetryExpired).
+	// CodeLocalError: the operation's request could not be built from
+	// the local data (reading its entity row failed); nothing was sent.
+	// It waits and is tried again (retry_waiting), backing off from 1s.
+	CodeLocalError = "local_error"
+	// CodeRetryExpired: retrying an operation that may have been applied
+	// would go past the policy's MaxElapsed (transport.CodeRetryExpired).
 	CodeRetryExpired = transport.CodeRetryExpired
 )
 
@@ -48,15 +54,17 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 		d.releaseUnsent(c, "session changed")
 		return next, false
 	}
-	if op.AttemptCount > 1 && d.now().Sub(op.CreatedAt) > d.maxAge && op.UserRetriedAt.IsZero() {
-		msg := fmt.Sprintf("the operation is %s old and was attempted before; the server may have forgotten it, so it is not resent", d.now().Sub(op.CreatedAt).Round(1e9))
+	// The age guard: an attempt that may have been applied is not
+	// resent once the server may have forgotten its key. One that cannot
+	// have been is sent whatever its age.
+	if age := d.now().Sub(ageStart(op)); op.MaybeApplied && age > d.maxAge {
+		msg := fmt.Sprintf("the operation is %s old (counted from its creation or the user's latest retry) and an attempt of it may have reached the server without an answer; the server may have forgotten its key by now, so it is not resent: review it, then retry or discard it", age.Round(time.Second))
 		d.fail(c, CodeOperationExpired, msg, false, false) // nothing was sent
 		return next, false
 	}
 	req, err := d.request(op, c.sess.token)
 	if err != nil {
-		d.logger.Error("daemon: build request", "operation", op.ID, "err", err)
-		d.releaseUnsent(c, "store read failed")
+		d.unbuildable(c, err)
 		return next, false
 	}
 
@@ -100,7 +108,11 @@ func (d *Daemon) request(op queue.Operation, token string) (transport.Request, e
 		Token:          token,
 	}
 	if op.Type != queue.OpCreate {
-		e, err := d.store.EntityRow(op.AccountID, op.EntityType, op.EntityID)
+		entityRow := d.store.EntityRow
+		if d.hooks.entityRow != nil {
+			entityRow = d.hooks.entityRow
+		}
+		e, err := entityRow(op.AccountID, op.EntityType, op.EntityID)
 		switch {
 		case errors.Is(err, queue.ErrEntityNotFound):
 			// Nothing to address: the transport answers missing_server_id.
@@ -113,12 +125,39 @@ func (d *Daemon) request(op queue.Operation, token string) (transport.Request, e
 	return r, nil
 }
 
+// unbuildable backs off an operation whose request could not be built
+// (reading its entity row failed): it waits in retry_waiting, from 1s
+// doubling per attempt up to the policy's backoff cap, on the daemon's
+// clock. Released at once, it would be claimed again at once: a spin of
+// two commits a turn for as long as the read fails. Nothing was sent,
+// so it is not maybe applied, and the wait does not give up: the age
+// never fails an operation that never left.
+func (d *Daemon) unbuildable(c claimed, err error) {
+	op := c.op
+	wait := d.policy.Backoff.Cap(op.AttemptCount - 1)
+	d.logger.Error("daemon: the operation's request cannot be built; trying again later", "operation", op.ID, "in", wait, "err", err)
+	msg := "the request could not be built from the local data: " + err.Error()
+	if err := d.store.RetryAt(context.Background(), op.ID, c.owner, d.now().Add(wait), CodeLocalError, msg, false); err != nil {
+		d.storeErr("retry (request not built)", op, err)
+	}
+}
+
 // record stores the decision of an outcome in the queue. With chain
 // set, a done operation's completion also claims the next ready
 // operation of the same session, unless the daemon is stopping or the
 // session changed.
 func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (next claimed, ok bool) {
 	op := c.op
+	if at, held := d.checkRemote(c, o); held {
+		// The remote looks misconfigured: the operation waits for it to
+		// be fixed instead of failing.
+		d.metrics.attempt(o.Code)
+		msg := "held: the remote looks misconfigured (see syncd status): " + message(o)
+		if err := d.store.RetryAt(context.Background(), op.ID, c.owner, at, o.Code, msg, maybeApplied(o)); err != nil {
+			d.storeErr("hold", op, err)
+		}
+		return next, false
+	}
 	ctx := context.Background() // the outcome must land even while stopping
 	if d.inSend.Load() > 0 {
 		// Other sends are in flight, and under load their outcomes
@@ -156,9 +195,19 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		// Pause first, so no other worker re-claims the released op and
 		// sends it again with the refused token.
 		paused := d.refreshNeeded(c.sess)
-		d.release(c, "token refused", maybeApplied(o))
+		if o.Sends == 0 && o.Status == 0 {
+			// Not sent (no token, or one that cannot be sent): the
+			// attempt is not counted.
+			d.releaseUnsent(c, "token unsendable")
+		} else {
+			d.release(c, "token refused", maybeApplied(o))
+		}
 		if paused {
-			d.logger.Warn("daemon: the server refused the session's token; sending is paused until a new token is set", "account", op.AccountID)
+			why := "the server refused the session's token"
+			if o.Code != transport.CodeUnauthorized {
+				why = "the session's token cannot be sent (" + o.Code + ")"
+			}
+			d.logger.Warn("daemon: "+why+"; sending is paused until a new token is set", "account", op.AccountID)
 			data, _ := json.Marshal(map[string]string{"reason": o.Code})
 			if _, err := d.store.AppendEvent(ctx, queue.Event{Type: EventSessionRefreshNeeded, AccountID: op.AccountID, Data: data}); err != nil {
 				d.logger.Error("daemon: append event", "type", EventSessionRefreshNeeded, "err", err)
@@ -177,16 +226,23 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 			o.Code = code
 		}
 		d.metrics.attempt(code)
-		// A user's retry confirms the intent: the time to give up counts
-		// from it.
-		since := op.CreatedAt
-		if op.UserRetriedAt.After(since) {
-			since = op.UserRetriedAt
-		}
-		at, giveUp, gcode := d.policy.Next(o, op.AttemptCount-1, since, d.now(), d.rnd)
-		if giveUp {
-			d.fail(c, gcode, fmt.Sprintf("gave up retrying after %d attempts; last error: %s", op.AttemptCount, message(o)), false, maybeApplied(o))
-			return
+		var at time.Time
+		if op.MaybeApplied || maybeApplied(o) {
+			// The server may hold it: give up before it may have
+			// forgotten the key. The time counts from the latest of
+			// creation and the user's retry or renewal.
+			var giveUp bool
+			var gcode string
+			at, giveUp, gcode = d.policy.Next(o, op.AttemptCount-1, ageStart(op), d.now(), d.rnd)
+			if giveUp {
+				d.fail(c, gcode, fmt.Sprintf("gave up retrying after %d attempts; last error: %s", op.AttemptCount, message(o)), false, maybeApplied(o))
+				return
+			}
+		} else {
+			// Nothing of it can have reached the server: it is never
+			// failed for its age (a laptop offline for weeks sends
+			// everything when it is back).
+			at = d.now().Add(d.policy.Delay(o, op.AttemptCount-1, d.rnd))
 		}
 		if err := d.store.RetryAt(ctx, op.ID, c.owner, at, code, message(o), maybeApplied(o)); err != nil {
 			d.storeErr("retry", op, err)
@@ -203,6 +259,17 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		d.fail(c, o.Code, message(o), isDeclined, maybeApplied(o))
 	}
 	return next, false
+}
+
+// ageStart is when an operation's age counts from, for the age guard
+// and for giving up retries: its creation, or the user's latest retry or
+// renewal (an update of a declined operation's entity), both of which
+// set UserRetriedAt, whichever is later.
+func ageStart(op queue.Operation) time.Time {
+	if op.UserRetriedAt.After(op.CreatedAt) {
+		return op.UserRetriedAt
+	}
+	return op.CreatedAt
 }
 
 // maybeApplied reports whether the server may have applied the attempt

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/transport"
 )
 
 // Session event types.
@@ -27,7 +28,8 @@ const (
 )
 
 // SetSession makes accountID the current account and token its bearer
-// token for sending. Operations of other accounts are never sent while it
+// token for sending. A token transport.ValidateToken refuses (a control
+// character, a space, non-ASCII, too long) is ErrInvalidSession. Operations of other accounts are never sent while it
 // is current. The session is kept in the data file so sending resumes
 // after a restart.
 func (d *Daemon) SetSession(ctx context.Context, accountID, token string) error {
@@ -35,8 +37,21 @@ func (d *Daemon) SetSession(ctx context.Context, accountID, token string) error 
 		return fmt.Errorf("%w: %v", ErrInvalidSession, err)
 	}
 	if token == "" {
-		return fmt.Errorf("%w: access token is empty", ErrInvalidSession)
+		return fmt.Errorf("%w: accessToken is empty", ErrInvalidSession)
 	}
+	if err := transport.ValidateToken(token); err != nil {
+		return fmt.Errorf("%w: accessToken %v", ErrInvalidSession, err)
+	}
+	if err := d.setSession(ctx, accountID, token); err != nil {
+		return err
+	}
+	// A remote paused as misconfigured is checked again at once: the
+	// user may have fixed something.
+	d.recheckRemote()
+	return nil
+}
+
+func (d *Daemon) setSession(ctx context.Context, accountID, token string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	data, _ := json.Marshal(map[string]string{"accountId": accountID})

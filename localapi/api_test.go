@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/syncd/syncd/daemon"
+	"github.com/syncd/syncd/internal/jsonstrict"
 	"github.com/syncd/syncd/queue"
 )
 
@@ -521,5 +522,95 @@ func TestNotify(t *testing.T) {
 		if w.Code != st.status || d.notified != st.notified {
 			t.Errorf("%s %s: status %d, notified %d; want %d, %d", st.method, st.path, w.Code, d.notified, st.status, st.notified)
 		}
+	}
+}
+
+// TestQueueJSONErrors: an error from the queue that wraps a
+// *jsonstrict.Error (entity data the queue refused as JSON) is
+// 400 invalid_json with its detail, not an internal error.
+func TestQueueJSONErrors(t *testing.T) {
+	t.Parallel()
+	refused := fmt.Errorf("queue: invalid write: data: %w", &jsonstrict.Error{Kind: jsonstrict.TooDeep, Offset: 300, Detail: "nested deeper than 128"})
+	var logged strings.Builder
+	s, err := New(Config{Daemon: &fakeDaemon{account: "alice"}, Store: fakeStore{err: refused}, Token: testToken, Logger: newTestLogger(&logged)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := serve(s, "PATCH", "/v1/entities/note/n1", `{"data":{}}`)
+	var body errorBody
+	json.Unmarshal(w.Body.Bytes(), &body)
+	if w.Code != 400 || body.Error.Code != CodeInvalidJSON || !strings.Contains(body.Error.Message, "deeper than 128") {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	if logged.Len() != 0 {
+		t.Errorf("logged: %s", logged.String())
+	}
+}
+
+// fakeBus refuses every subscription with err.
+type fakeBus struct{ err error }
+
+func (b fakeBus) Subscribe(uint64, daemon.Filter) (*daemon.Subscription, error) { return nil, b.err }
+func (b fakeBus) LastSeq() uint64                                               { return 0 }
+
+// TestDeliberate5xx: the 5xx answers syncd gives on purpose have their
+// own codes and messages, and are not logged as internal errors.
+func TestDeliberate5xx(t *testing.T) {
+	t.Parallel()
+	full := fmt.Errorf("queue: apply: %w: the disk is full", queue.ErrStorageFull)
+	tests := []struct {
+		name       string
+		store      Store
+		bus        Bus
+		shutdown   bool
+		method     string
+		path, body string
+		status     int
+		code       string
+		inMsg      string
+	}{
+		{name: "storage full create", store: fakeStore{err: full}, method: "POST", path: "/v1/entities/note", body: `{"data":{}}`, status: 507, code: CodeStorageFull, inMsg: "nothing was written"},
+		{name: "storage full retry", store: fakeStore{err: full}, method: "POST", path: "/v1/operations/x/retry", status: 507, code: CodeStorageFull, inMsg: "nothing was written"},
+		{name: "too many subscribers", bus: fakeBus{err: fmt.Errorf("%w (limit 256)", daemon.ErrTooManySubscribers)}, method: "GET", path: "/v1/events", status: 503, code: CodeTooManySubscribers, inMsg: "limit 256"},
+		{name: "bus closed", bus: fakeBus{err: daemon.ErrBusClosed}, method: "GET", path: "/v1/events", status: 503, code: CodeShuttingDown, inMsg: "shutting down"},
+		{name: "shutting down", bus: fakeBus{}, shutdown: true, method: "GET", path: "/v1/events", status: 503, code: CodeShuttingDown, inMsg: "shutting down"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var logged strings.Builder
+			store := tt.store
+			if store == nil {
+				store = fakeStore{}
+			}
+			s, err := New(Config{Daemon: &fakeDaemon{account: "alice"}, Store: store, Bus: tt.bus, Token: testToken, Logger: newTestLogger(&logged)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.shutdown {
+				s.ws.shutdown(0)
+			}
+			r := httptest.NewRequest(tt.method, "http://127.0.0.1:7419"+tt.path, strings.NewReader(tt.body))
+			r.Header.Set("Authorization", "Bearer "+testToken)
+			if tt.body != "" {
+				r.Header.Set("Content-Type", "application/json")
+			}
+			if tt.path == "/v1/events" {
+				r.Header.Set("Connection", "Upgrade")
+				r.Header.Set("Upgrade", "websocket")
+				r.Header.Set("Sec-WebSocket-Version", "13")
+				r.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+			}
+			w := httptest.NewRecorder()
+			s.Handler().ServeHTTP(w, r)
+			var body errorBody
+			json.Unmarshal(w.Body.Bytes(), &body)
+			if w.Code != tt.status || body.Error.Code != tt.code || !strings.Contains(body.Error.Message, tt.inMsg) {
+				t.Fatalf("%d %s, want %d %s with %q", w.Code, w.Body, tt.status, tt.code, tt.inMsg)
+			}
+			if log := logged.String(); strings.Contains(log, "level=ERROR") || strings.Contains(log, "internal") {
+				t.Errorf("logged as an internal error: %s", log)
+			}
+		})
 	}
 }

@@ -5,7 +5,10 @@
 //
 // It owns the API's security (one guard in front of every route: loopback
 // Host names only, an Origin allowlist, a bearer token compared in
-// constant time, a body size limit, security headers on every response),
+// constant time, a body size limit, security headers on every response,
+// a recover that answers a handler's panic with 500 internal), the
+// connection limits (header, body, write and idle timeouts; a bound on
+// connections that have not authenticated; see limits.go),
 // strict request parsing, the app's Idempotency-Key, and the error shape
 // {"error":{"code","message"}} with stable codes. It holds no sync logic:
 // writes and reads go to package queue, the session and status to package
@@ -16,7 +19,9 @@
 // A handler reads: method (the mux) → parse (400) → look up (404) → act →
 // JSON. Bad input is refused before anything is written. Bodies are one
 // JSON object, Content-Type application/json, no unknown fields, nothing
-// after the object.
+// after the object, and JSON every reader takes alike (jsonstrict: no
+// invalid UTF-8, lone surrogate or duplicate member name, at most
+// MaxJSONDepth deep). Ids "." and ".." are refused everywhere.
 //
 // # Idempotency
 //
@@ -35,6 +40,8 @@
 // after ?since=N, then live events, a resync event when N is older than
 // the retained history, filters by type, entity type and account. Slow
 // subscribers are closed with 1008, all of them with 1001 at shutdown.
+// A since past the newest seq (up to 2^64-1) is a resync; the replay is
+// read from the data file in chunks.
 // See docs/events.md.
 //
 // # Description

@@ -45,14 +45,14 @@ func entityPath(r *http.Request) (typ, id string, err error) {
 
 func entityIDParam(r *http.Request) (string, error) {
 	id := r.PathValue("id")
-	if err := queue.ValidateEntityID(id); err != nil {
+	if err := validID(id, queue.ValidateEntityID); err != nil {
 		return "", badRequest(CodeInvalidRequest, "entity id in the path: "+idProblem(queue.MaxEntityIDLen))
 	}
 	return id, nil
 }
 
 func idProblem(max int) string {
-	return fmt.Sprintf("must be 1 to %d printable ASCII characters without spaces or '/'", max)
+	return fmt.Sprintf("must be 1 to %d printable ASCII characters without spaces or '/', and not . or ..", max)
 }
 
 // lookupType refuses an entity type the server is not configured for.
@@ -87,7 +87,7 @@ func (s *Server) createEntity(w http.ResponseWriter, r *http.Request) {
 	idField := &field{name: "id", dst: &id}
 	body, err := s.parseWrite(r, idField, &field{name: "data", dst: &data, required: true})
 	if err == nil && idField.present {
-		if queue.ValidateEntityID(id) != nil {
+		if validID(id, queue.ValidateEntityID) != nil {
 			err = badRequest(CodeInvalidRequest, `field "id" `+idProblem(queue.MaxEntityIDLen))
 		}
 	}
@@ -276,7 +276,7 @@ func entityListOptions(r *http.Request) (queue.ListOptions, error) {
 		return opts, err
 	}
 	if after := q.Get("after"); after != "" {
-		if queue.ValidateEntityID(after) != nil {
+		if validID(after, queue.ValidateEntityID) != nil {
 			return opts, badRequest(CodeInvalidRequest, "after must be an entity id from a previous page's next")
 		}
 		opts.After = after

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/syncd/syncd/daemon"
+	"github.com/syncd/syncd/internal/jsonstrict"
 	"github.com/syncd/syncd/queue"
 )
 
@@ -33,9 +37,10 @@ const (
 	CodeNotFound             = "not_found"              // 404: no such route, entity or operation
 	CodeUnknownEntityType    = "unknown_entity_type"    // 404: entity type not configured
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405
+	CodeRequestTimeout       = "request_timeout"        // 408: the body did not arrive within Config.BodyTimeout
 	CodeUnsupportedMediaType = "unsupported_media_type" // 415: body without Content-Type application/json
 	CodeBodyTooLarge         = "body_too_large"         // 413
-	CodeInvalidJSON          = "invalid_json"           // 400: body is not one JSON object
+	CodeInvalidJSON          = "invalid_json"           // 400: body is not one JSON object, or JSON readers would take in different ways
 	CodeInvalidRequest       = "invalid_request"        // 400: a field, parameter or header is wrong
 	CodeNoSession            = "no_session"             // 409: the request needs a signed-in account
 	CodeEntityExists         = "entity_exists"          // 409: create of an id that is taken
@@ -46,6 +51,7 @@ const (
 	CodeInternal             = "internal"               // 500
 	CodeShuttingDown         = "shutting_down"          // 503: syncd is stopping; no new event streams
 	CodeTooManySubscribers   = "too_many_subscribers"   // 503: the event stream's subscriber limit is reached
+	CodeStorageFull          = "storage_full"           // 507: no room for the write (a full disk, or the queue's size limit); nothing written
 )
 
 // errorBody is the JSON shape of every error answer.
@@ -101,11 +107,15 @@ func badRequest(code, message string) *apiError {
 func classify(err error) (status int, code string) {
 	var ae *apiError
 	var mbe *http.MaxBytesError
+	var je *jsonstrict.Error
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.code
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, CodeBodyTooLarge
+	case errors.As(err, &je):
+		// Entity data the queue refused as JSON.
+		return http.StatusBadRequest, CodeInvalidJSON
 	case errors.Is(err, queue.ErrInvalidWrite),
 		errors.Is(err, daemon.ErrInvalidSession),
 		errors.Is(err, daemon.ErrInvalidPolicy):
@@ -122,13 +132,30 @@ func classify(err error) (status int, code string) {
 		return http.StatusConflict, CodeNotPurgeable
 	case errors.Is(err, daemon.ErrNoSession):
 		return http.StatusConflict, CodeNoSession
+	case errors.Is(err, queue.ErrStorageFull):
+		return http.StatusInsufficientStorage, CodeStorageFull
+	case errors.Is(err, daemon.ErrTooManySubscribers):
+		return http.StatusServiceUnavailable, CodeTooManySubscribers
+	case errors.Is(err, daemon.ErrBusClosed):
+		return http.StatusServiceUnavailable, CodeShuttingDown
 	}
 	return http.StatusInternalServerError, CodeInternal
 }
 
-// fail writes err as the error answer. Internal errors are logged and
-// answered with a generic message: their text may name files or state
-// that is none of the client's business.
+// msgStorageFull answers a write that found no room. The error's own
+// text (which may name the data file) goes to the log.
+const msgStorageFull = "storage full: there is no room to store the write (the disk is full, or the queue reached its size limit, maxQueueBytes); nothing was written. Writes work again by themselves once there is room: free disk space, or let the queue drain. See syncd status."
+
+// msgShuttingDown answers what syncd refuses while it stops.
+const msgShuttingDown = "syncd is shutting down; try again once it is back"
+
+// fail writes err as the error answer. Internal errors are logged at
+// ERROR and answered with a generic message: their text may name files
+// or state that is none of the client's business. The 5xx answers syncd
+// gives on purpose (503 too_many_subscribers and shutting_down, 507
+// storage_full) have their own codes and messages, and are not internal
+// errors: storage_full is logged at WARN (at most once a minute), the
+// others not at all.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, code := classify(err)
 	msg := err.Error()
@@ -136,12 +163,39 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &ae) {
 		msg = ae.message
 	}
-	if status == http.StatusRequestEntityTooLarge {
+	switch code {
+	case CodeBodyTooLarge:
 		msg = "request body is larger than " + strconv.FormatInt(s.maxBody, 10) + " bytes"
-	}
-	if status >= 500 {
+	case CodeStorageFull:
+		s.storageFull.log(s.logger, err)
+		msg = msgStorageFull
+	case CodeShuttingDown:
+		if ae == nil {
+			msg = msgShuttingDown
+		}
+	case CodeInternal:
 		s.logger.Error("localapi: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = "internal error; see the daemon's log"
 	}
 	writeError(w, status, code, msg)
+}
+
+// rateLog logs a recurring condition at most once a minute, with how
+// many times it happened since the last line.
+type rateLog struct {
+	mu     sync.Mutex
+	last   time.Time
+	missed int
+}
+
+func (l *rateLog) log(logger *slog.Logger, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if !l.last.IsZero() && now.Sub(l.last) < time.Minute {
+		l.missed++
+		return
+	}
+	logger.Warn("localapi: a write found no room; it was refused with 507 storage_full", "err", err, "refusedSinceLastLine", l.missed)
+	l.last, l.missed = now, 0
 }

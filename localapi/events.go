@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,12 +72,16 @@ const (
 	// CloseGoingAway (1001): syncd is shutting down; reconnect with
 	// since = the last seq read once it is back.
 	CloseGoingAway = websocket.CloseGoingAway
+	// CloseInternal (1011): reading the event log for the replay failed;
+	// reconnect with since = the last seq read.
+	CloseInternal = websocket.CloseInternalServerErr
 )
 
 // Close reasons, the text of the close frames.
 const (
 	reasonSlow     = "slow_subscriber: fell too far behind, events dropped; reconnect with since=<last seq read>"
 	reasonShutdown = "shutting_down: syncd is stopping; reconnect with since=<last seq read>"
+	reasonInternal = "internal: reading the event log failed; see the daemon's log; reconnect with since=<last seq read>"
 )
 
 // Bus is what the events endpoint needs from the event bus. *daemon.Bus
@@ -178,7 +183,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !s.ws.add() {
-		s.fail(w, r, &apiError{http.StatusServiceUnavailable, CodeShuttingDown, "syncd is shutting down"})
+		s.fail(w, r, &apiError{http.StatusServiceUnavailable, CodeShuttingDown, msgShuttingDown})
 		return
 	}
 	defer s.ws.done()
@@ -187,11 +192,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, daemon.ErrTooManySubscribers):
 		s.fail(w, r, &apiError{http.StatusServiceUnavailable, CodeTooManySubscribers, err.Error() + "; try again later"})
 		return
-	case errors.Is(err, daemon.ErrBusClosed):
-		s.fail(w, r, &apiError{http.StatusServiceUnavailable, CodeShuttingDown, "syncd is shutting down"})
-		return
 	case err != nil:
-		s.fail(w, r, err)
+		s.fail(w, r, err) // daemon.ErrBusClosed: shutting_down
 		return
 	}
 	defer sub.Close()
@@ -384,6 +386,14 @@ func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscrip
 	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(pongWait)) })
 	go func() {
 		defer close(readerDone)
+		// A panic here would not reach the guard's recover (another
+		// goroutine) and would end the process: log it and end the
+		// stream instead.
+		defer func() {
+			if v := recover(); v != nil {
+				s.logger.Error("localapi: event stream reader panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			}
+		}()
 		for {
 			if _, _, err := conn.NextReader(); err != nil {
 				return
@@ -438,17 +448,29 @@ func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscrip
 		return true
 	}
 
-	for len(sub.Replay) > 0 {
-		cc.cork()
-		for len(sub.Replay) > 0 && cc.buffered() < maxBatchBytes {
-			e := sub.Replay[0]
-			sub.Replay = sub.Replay[1:]
-			if !send(e) {
+	// The replay, a chunk of the durable log at a time.
+	for {
+		chunk, err := sub.ReplayChunk()
+		if err != nil {
+			s.logger.Error("localapi: replaying events", "err", err)
+			closeWith(CloseInternal, reasonInternal)
+			return
+		}
+		if len(chunk) == 0 {
+			break
+		}
+		for len(chunk) > 0 {
+			cc.cork()
+			for len(chunk) > 0 && cc.buffered() < maxBatchBytes {
+				e := chunk[0]
+				chunk = chunk[1:]
+				if !send(e) {
+					return
+				}
+			}
+			if !flush() {
 				return
 			}
-		}
-		if !flush() {
-			return
 		}
 	}
 	ticker := time.NewTicker(s.pingInterval)

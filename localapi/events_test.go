@@ -524,3 +524,58 @@ func TestEventsShutdownGoingAway(t *testing.T) {
 		t.Fatalf("%d subscriptions left open", n)
 	}
 }
+
+// The handshake that used to wedge the daemon: since=2^64-1 overflowed
+// in the bus with its lock held. It is a resync (a since past every seq
+// ever published), and afterwards writes commit and publish, other
+// subscribers get them, and the server shuts down cleanly.
+func TestEventsAbsurdSince(t *testing.T) {
+	t.Parallel()
+	e := localapitest.Start(t, localapitest.Options{Account: "alice"})
+	createNote(t, e, 0)
+	last := e.Bus.LastSeq()
+	conn := mustDial(t, e, wsOpts{query: "since=18446744073709551615"})
+	if ev := readEvent(t, conn); ev.Type != daemon.EventResync || ev.Seq != last {
+		t.Fatalf("first event %+v, want resync at %d", ev, last)
+	}
+	other := mustDial(t, e, wsOpts{})
+	createNote(t, e, 1)
+	for _, c := range []*websocket.Conn{conn, other} {
+		if ev := readEvent(t, c); ev.Seq != last+1 || ev.EntityID != "n1" {
+			t.Fatalf("after the write: %+v", ev)
+		}
+	}
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.Bus.Subscribers(); n != 0 {
+		t.Fatalf("%d subscriptions left open", n)
+	}
+}
+
+// The connection timeouts leave event streams alone: a stream outlives
+// the body, idle and header timeouts and still gets events.
+func TestEventsOutliveConnectionTimeouts(t *testing.T) {
+	t.Parallel()
+	e := localapitest.Start(t, localapitest.Options{Account: "alice", Config: localapi.Config{
+		ReadHeaderTimeout: 50 * time.Millisecond,
+		BodyTimeout:       50 * time.Millisecond,
+		IdleTimeout:       50 * time.Millisecond,
+	}})
+	conn := mustDial(t, e, wsOpts{})
+	// A connection the timeouts close, opened after the stream: once it
+	// is closed, the stream has been open longer than they allow.
+	c, err := net.Dial("tcp", e.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("waiting for the idle connection to be closed: %v", err)
+	}
+	createNote(t, e, 0)
+	if ev := readEvent(t, conn); ev.EntityID != "n0" {
+		t.Fatalf("got %+v", ev)
+	}
+}

@@ -1,12 +1,17 @@
 package localapi
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"net"
 	"net/http"
 	"path"
+	"runtime/debug"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // securityHeaders go on every answer, errors included (as Tailscale's
@@ -30,9 +35,13 @@ const (
 // absent or allowed (cross-site requests), with CORS preflights answered
 // for allowed origins; the bearer token, compared in constant time; the
 // body size limit. Handlers never re-check any of it. The mux's own 404
-// and 405 answers are rewritten into the API's error shape.
+// and 405 answers are rewritten into the API's error shape. A panic in a
+// handler is answered 500 internal and logged (recoverPanic).
 func (s *Server) guard(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pw := &panicWriter{ResponseWriter: w, writeTimeout: s.writeTimeout}
+		defer s.recoverPanic(pw, r)
+		limitBody(w, r, s.bodyTimeout)
 		h := w.Header()
 		for _, kv := range securityHeaders {
 			h.Set(kv[0], kv[1])
@@ -60,12 +69,19 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or wrong bearer token (Authorization: Bearer <token from the data directory's api-token file>)")
 			return
 		}
+		s.gate.authenticated(r)
 		if r.ContentLength > s.maxBody {
 			writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body is larger than "+itoa(s.maxBody)+" bytes")
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
 
+		if seg, ok := dotID(r.URL.Path); ok {
+			// An id "." or ".." (escaped as %2E): the mux would clean it
+			// away and address another resource.
+			writeError(w, http.StatusBadRequest, CodeInvalidRequest, "id "+strconv.Quote(seg)+" in the path: "+errDotID.Error())
+			return
+		}
 		if p := cleanPath(r.URL.Path); p != r.URL.Path {
 			// The mux would redirect; an API client should fix its URL.
 			writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path+" (did you mean "+p+"?)")
@@ -75,8 +91,71 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 			s.unrouted(w, r, mux)
 			return
 		}
-		mux.ServeHTTP(w, r)
+		mux.ServeHTTP(pw, r)
 	})
+}
+
+// recoverPanic answers a request whose handler panicked with 500
+// internal, and logs the panic with its stack at ERROR. Every lock in
+// the daemon and the queue is released with defer, so the panic leaves
+// nothing held; the recover keeps the client from seeing a dropped
+// connection and puts the cause in the daemon's log. An answer already
+// begun, or a hijacked connection (a WebSocket), cannot take a 500: the
+// connection is aborted instead. http.ErrAbortHandler passes through.
+func (s *Server) recoverPanic(pw *panicWriter, r *http.Request) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v == http.ErrAbortHandler {
+		panic(v)
+	}
+	s.logger.Error("localapi: handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	if pw.wrote || pw.hijacked {
+		panic(http.ErrAbortHandler) // net/http closes the connection quietly
+	}
+	writeError(pw.ResponseWriter, http.StatusInternalServerError, CodeInternal, "internal error; see the daemon's log")
+}
+
+// panicWriter records whether the answer has begun, so that a panic
+// after it aborts the connection instead of appending a second answer.
+// Unwrap gives http.ResponseController the connection's own writer
+// (deadlines, flushes); Hijack is seen here so that a panic after a
+// WebSocket upgrade writes nothing.
+//
+// It also starts the answer's write deadline (Config.WriteTimeout) when
+// the answer begins.
+type panicWriter struct {
+	http.ResponseWriter
+	writeTimeout time.Duration
+	wrote        bool
+	hijacked     bool
+}
+
+func (p *panicWriter) begin() {
+	if !p.wrote {
+		p.wrote = true
+		if p.writeTimeout > 0 {
+			_ = http.NewResponseController(p.ResponseWriter).SetWriteDeadline(time.Now().Add(p.writeTimeout))
+		}
+	}
+}
+
+func (p *panicWriter) WriteHeader(status int) {
+	p.begin()
+	p.ResponseWriter.WriteHeader(status)
+}
+
+func (p *panicWriter) Write(b []byte) (int, error) {
+	p.begin()
+	return p.ResponseWriter.Write(b)
+}
+
+func (p *panicWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
+
+func (p *panicWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	p.hijacked = true
+	return http.NewResponseController(p.ResponseWriter).Hijack()
 }
 
 func setCORS(h http.Header, origin string) {
@@ -101,6 +180,28 @@ func (s *Server) unrouted(w http.ResponseWriter, r *http.Request, mux *http.Serv
 	default:
 		writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
 	}
+}
+
+// dotID reports whether p puts "." or ".." where a route takes an entity
+// type, an entity id or an operation id, and returns that segment.
+func dotID(p string) (string, bool) {
+	seg := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	if len(seg) < 3 || seg[0] != "v1" {
+		return "", false
+	}
+	var ids []string
+	switch seg[1] {
+	case "entities":
+		ids = seg[2:min(len(seg), 4)]
+	case "operations":
+		ids = seg[2:3]
+	}
+	for _, s := range ids {
+		if s == "." || s == ".." {
+			return s, true
+		}
+	}
+	return "", false
 }
 
 // cleanPath is the path the mux would redirect to: path.Clean, keeping a

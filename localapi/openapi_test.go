@@ -106,7 +106,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	for _, c := range []string{CodeUnauthorized, CodeForbiddenHost, CodeForbiddenOrigin, CodeNotFound, CodeUnknownEntityType,
 		CodeMethodNotAllowed, CodeUnsupportedMediaType, CodeBodyTooLarge, CodeInvalidJSON, CodeInvalidRequest, CodeNoSession,
 		CodeEntityExists, CodeIllegalTransition, CodeNotPurgeable, CodeKeyReused, CodeUpgradeRequired, CodeInternal,
-		CodeShuttingDown, CodeTooManySubscribers} {
+		CodeShuttingDown, CodeTooManySubscribers, CodeRequestTimeout, CodeStorageFull} {
 		if !slices.Contains(codes.Enum, c) {
 			t.Errorf("error code %s is not in the ErrorCode schema", c)
 		}
@@ -132,7 +132,7 @@ func TestOpenAPIServed(t *testing.T) {
 func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	t.Parallel()
 	doc := loadOpenAPI(t)
-	for name, v := range map[string]any{"Operation": queue.Operation{}, "Entity": entityAnswer{}, "Status": daemon.Status{}} {
+	for name, v := range map[string]any{"Operation": queue.Operation{}, "Entity": entityAnswer{}, "Status": daemon.Status{}, "RemoteProblem": daemon.RemoteProblem{}} {
 		var schema struct {
 			Properties map[string]json.RawMessage `json:"properties"`
 		}

@@ -11,7 +11,7 @@ import (
 // operationIDParam parses the {id} path value of an operation route.
 func operationIDParam(r *http.Request) (string, error) {
 	id := r.PathValue("id")
-	if queue.ValidateOperationID(id) != nil {
+	if validID(id, queue.ValidateOperationID) != nil {
 		return "", badRequest(CodeInvalidRequest, "operation id in the path: "+idProblem(queue.MaxOperationIDLen))
 	}
 	return id, nil

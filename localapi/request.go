@@ -11,10 +11,12 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/syncd/syncd/internal/jsonstrict"
 	"github.com/syncd/syncd/queue"
 )
 
@@ -42,18 +44,54 @@ func readBody(r *http.Request) ([]byte, error) {
 		if errors.As(err, &mbe) {
 			return nil, err
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &apiError{http.StatusRequestTimeout, CodeRequestTimeout, "the request body did not arrive within the body timeout (docs/localapi.md, Limits)"}
+		}
 		return nil, badRequest(CodeInvalidJSON, "reading the request body: "+err.Error())
 	}
 	return body, nil
 }
 
+// MaxJSONDepth is how deep a request body may nest objects and arrays:
+// the envelope ({"data": ...}) is one level, so an entity's data may
+// nest 127 levels. Deeper is 400 invalid_json.
+const MaxJSONDepth = jsonstrict.DefaultMaxDepth
+
 // decodeObject parses body as exactly one JSON object whose members are
 // among fields (matched exactly, unlike encoding/json's case-insensitive
 // match), decoding each into its destination.
+//
+// First jsonstrict.Check refuses, as 400 invalid_json, what
+// encoding/json would accept and rewrite: invalid UTF-8 and lone
+// surrogate escapes (which it turns into U+FFFD, so two member names
+// could become one), a member name given twice (it keeps the last; other
+// readers keep the first), and nesting deeper than MaxJSONDepth.
 func decodeObject(body []byte, fields ...*field) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest(CodeInvalidJSON, "request body is empty; want a JSON object")
 	}
+	strict := jsonstrict.Check(body, MaxJSONDepth)
+	if je := (*jsonstrict.Error)(nil); errors.As(strict, &je) && je.Kind != jsonstrict.Syntax {
+		return badRequest(CodeInvalidJSON, jsonstrictProblem(je, "request body"))
+	}
+	if err := decodeFields(body, fields); err != nil {
+		return err
+	}
+	if strict != nil {
+		// A syntax error encoding/json did not see (the two are fuzzed
+		// to agree; this is the belt to those braces).
+		return badRequest(CodeInvalidJSON, "request body is not valid JSON: "+strict.Error())
+	}
+	return nil
+}
+
+// jsonstrictProblem is the readable reason of a jsonstrict refusal.
+func jsonstrictProblem(je *jsonstrict.Error, what string) string {
+	return fmt.Sprintf("%s is JSON that readers would take in different ways (%s): %s", what, je.Kind, je.Error())
+}
+
+// decodeFields decodes the JSON object body into fields.
+func decodeFields(body []byte, fields []*field) error {
 	d := json.NewDecoder(bytes.NewReader(body))
 	d.UseNumber()
 	var obj map[string]json.RawMessage
@@ -206,8 +244,8 @@ func idempotencyKey(r *http.Request) (string, error) {
 		return "", badRequest(CodeInvalidRequest, "Idempotency-Key header given more than once")
 	}
 	key := vals[0]
-	if err := queue.ValidateOperationID(key); err != nil {
-		return "", badRequest(CodeInvalidRequest, fmt.Sprintf("Idempotency-Key header must be 1 to %d printable ASCII characters without spaces or '/'", queue.MaxOperationIDLen))
+	if err := validID(key, queue.ValidateOperationID); err != nil {
+		return "", badRequest(CodeInvalidRequest, fmt.Sprintf("Idempotency-Key header must be 1 to %d printable ASCII characters without spaces or '/', and not . or ..", queue.MaxOperationIDLen))
 	}
 	return key, nil
 }
@@ -239,3 +277,15 @@ func requestFingerprint(r *http.Request, body []byte) (string, error) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// errDotID is why an id may not be "." or "..".
+var errDotID = errors.New(`an id may not be "." or "..": a URL path segment of that name is removed by every URL cleaner, so it could never be addressed`)
+
+// validID checks an id that appears in a URL path (entity and operation
+// ids) with the queue's validate, and refuses "." and ".." besides.
+func validID(s string, validate func(string) error) error {
+	if s == "." || s == ".." {
+		return errDotID
+	}
+	return validate(s)
+}

@@ -29,6 +29,20 @@ const (
 	// DefaultReadHeaderTimeout bounds how long a client may take to send
 	// its request headers.
 	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultBodyTimeout bounds how long a client may take to send a
+	// request body after its headers: 1 MiB on loopback takes
+	// milliseconds.
+	DefaultBodyTimeout = 10 * time.Second
+	// DefaultWriteTimeout bounds writing one answer.
+	DefaultWriteTimeout = 30 * time.Second
+	// DefaultIdleTimeout is how long a kept-alive connection may wait
+	// for its next request.
+	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultMaxUnauthenticatedConns bounds the connections that have
+	// not yet sent a request with the token. An app's connection counts
+	// only until its first request; each other one is closed within
+	// DefaultReadHeaderTimeout or DefaultBodyTimeout.
+	DefaultMaxUnauthenticatedConns = 64
 )
 
 // Daemon is what the API needs from the engine. *daemon.Daemon satisfies
@@ -109,6 +123,29 @@ type Config struct {
 	// event subscriber (default DefaultEventFlushInterval; negative:
 	// write every run of events at once).
 	EventFlushInterval time.Duration
+
+	// ReadHeaderTimeout bounds how long a connection may take to send a
+	// request's headers, from its first byte or from accept (default
+	// DefaultReadHeaderTimeout).
+	ReadHeaderTimeout time.Duration
+	// BodyTimeout bounds how long a request may take to send its body,
+	// from the end of its headers (default DefaultBodyTimeout). A body
+	// still incomplete then ends the request (400 invalid_json if a
+	// handler was reading it) and the connection.
+	BodyTimeout time.Duration
+	// WriteTimeout bounds how long writing one answer may take, from its
+	// first byte (default DefaultWriteTimeout): a client that does not
+	// read its answers does not hold a handler. Event streams set their
+	// own (EventWriteTimeout).
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a kept-alive connection may wait for its
+	// next request (default DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	// MaxUnauthenticatedConns bounds the connections that have not yet
+	// sent a request carrying the token (default
+	// DefaultMaxUnauthenticatedConns); past it a new connection is
+	// closed at once.
+	MaxUnauthenticatedConns int
 }
 
 // Server is the loopback API of one daemon.
@@ -140,8 +177,19 @@ type Server struct {
 	evCache           eventCache
 	flushInterval     time.Duration
 
+	readHeaderTimeout time.Duration
+	bodyTimeout       time.Duration
+	writeTimeout      time.Duration
+	idleTimeout       time.Duration
+	gate              connGate
+	storageFull       rateLog
+
 	runMu   sync.Mutex
 	running bool
+
+	// testHookConnState, if set by a test, runs after the server handled
+	// a connection's state change (Run only).
+	testHookConnState func(net.Conn, http.ConnState)
 }
 
 // New returns a Server for cfg.
@@ -177,10 +225,19 @@ func New(cfg Config) (*Server, error) {
 		eventWriteTimeout: cmp.Or(cfg.EventWriteTimeout, DefaultEventWriteTimeout),
 		eventSocketBuffer: cmp.Or(cfg.EventSocketBuffer, DefaultEventSocketBuffer),
 		flushInterval:     cmp.Or(cfg.EventFlushInterval, DefaultEventFlushInterval),
+
+		readHeaderTimeout: cmp.Or(cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout),
+		bodyTimeout:       cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout),
+		writeTimeout:      cmp.Or(cfg.WriteTimeout, DefaultWriteTimeout),
+		idleTimeout:       cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout),
 	}
 	if s.pingInterval < 0 || s.eventWriteTimeout < 0 || s.eventSocketBuffer < 0 {
 		return nil, errors.New("localapi: Config.PingInterval, EventWriteTimeout and EventSocketBuffer must not be negative")
 	}
+	if s.readHeaderTimeout < 0 || s.bodyTimeout < 0 || s.writeTimeout < 0 || s.idleTimeout < 0 || cfg.MaxUnauthenticatedConns < 0 {
+		return nil, errors.New("localapi: Config.ReadHeaderTimeout, BodyTimeout, WriteTimeout, IdleTimeout and MaxUnauthenticatedConns must not be negative")
+	}
+	s.gate = connGate{max: cmp.Or(cfg.MaxUnauthenticatedConns, DefaultMaxUnauthenticatedConns), logger: s.logger}
 	s.metrics = cfg.Metrics
 	if s.metrics == nil {
 		if dm, ok := cfg.Daemon.(interface{ MetricsHandler() http.Handler }); ok {
@@ -272,13 +329,24 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	s.runMu.Unlock()
 
 	hs := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		Handler: s.handler,
+		// No ReadTimeout: the guard bounds each body instead
+		// (BodyTimeout), which leaves event streams and slow handlers
+		// alone.
+		ReadHeaderTimeout: s.readHeaderTimeout,
+		IdleTimeout:       s.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
 		ConnState: func(c net.Conn, st http.ConnState) {
+			s.gate.state(c, st)
 			if st == http.StateHijacked {
 				s.hijacked.add(c)
+			}
+			if s.testHookConnState != nil {
+				s.testHookConnState(c, st)
 			}
 		},
 	}

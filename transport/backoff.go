@@ -104,14 +104,23 @@ func (p Policy) Next(o Outcome, attempt int, createdAt, now time.Time, rnd func(
 	if o.Decision != Retry {
 		return time.Time{}, true, o.Code
 	}
-	delay := p.Backoff.Next(attempt, rnd)
-	if ra := min(o.RetryAfter, cmp.Or(p.MaxRetryAfter, DefaultMaxRetryAfter)); ra > delay {
-		delay = ra
-	}
 	deadline := createdAt.Add(cmp.Or(p.MaxElapsed, DefaultMaxElapsed))
-	retryAt = now.Add(delay)
+	retryAt = now.Add(p.Delay(o, attempt, rnd))
 	if retryAt.After(deadline) {
 		return time.Time{}, true, CodeRetryExpired
 	}
 	return retryAt, false, o.Code
+}
+
+// Delay is the wait before retry attempt of a Retry outcome o, without
+// a deadline: max(o.RetryAfter capped at MaxRetryAfter, the jittered
+// backoff). Next adds the deadline; the daemon uses Delay alone for an
+// operation no attempt of which may have been applied, which is never
+// given up for its age.
+func (p Policy) Delay(o Outcome, attempt int, rnd func(n int64) int64) time.Duration {
+	delay := p.Backoff.Next(attempt, rnd)
+	if ra := min(o.RetryAfter, cmp.Or(p.MaxRetryAfter, DefaultMaxRetryAfter)); ra > delay {
+		delay = ra
+	}
+	return delay
 }

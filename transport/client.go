@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -124,10 +126,12 @@ func (c *Client) Send(ctx context.Context, r Request) Outcome {
 	})
 	hr = hr.WithContext(ctx)
 
+	method, url := hr.Method, hr.URL.String()
 	resp, err := c.hc.Do(hr)
 	if err != nil {
 		o := c.failed(ctx, r, err)
 		o.Sends = int(sends.Load())
+		o.Method, o.URL = method, url
 		return o
 	}
 	body, truncated, err := readBody(resp.Body, c.maxBody)
@@ -139,10 +143,15 @@ func (c *Client) Send(ctx context.Context, r Request) Outcome {
 		o := c.failed(ctx, r, err)
 		o.Status = resp.StatusCode
 		o.Sends = int(sends.Load())
+		o.Method, o.URL = method, url
 		return o
 	}
 	o := c.classify(r, tr, resp, body, truncated, readAt)
 	o.Sends = int(sends.Load())
+	o.Method, o.URL = method, url
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		o.Location = cut(resp.Header.Get("Location"))
+	}
 	return o
 }
 
@@ -201,10 +210,28 @@ func (c *Client) failed(ctx context.Context, r Request, err error) Outcome {
 		o.Code = CodeCanceled
 	case errors.As(err, &ne) && ne.Timeout():
 		o.Code = CodeTimeout
+	case tlsProblem(err):
+		o.Code = CodeTLS
 	}
 	o.Err = fmt.Errorf("transport: %s %s %q (operation %q): %w", r.Op, r.EntityType, r.EntityID, r.OperationID, err)
 	o.Message = cut(err.Error())
 	return o
+}
+
+// tlsProblem reports whether err says the TLS handshake with the remote
+// failed for a reason that will not pass by itself: the certificate is
+// not trusted or does not match the host, the server refused the
+// handshake, or it speaks plain HTTP on an https URL.
+func tlsProblem(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var record tls.RecordHeaderError
+	var alert tls.AlertError
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) ||
+		errors.As(err, &invalid) || errors.As(err, &record) || errors.As(err, &alert) ||
+		strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
 }
 
 // classify turns a response read in full, or cut at Config.MaxResponseBytes

@@ -79,7 +79,9 @@
 // say nothing about the operation. MaxElapsed stays below the server's
 // idempotency retention, because a resend after the server forgot the key
 // could apply the operation twice; past it the operation fails with
-// retry_expired for the user to review.
+// retry_expired for the user to review. That danger exists only for an
+// operation an attempt of which may have been applied: the daemon asks
+// Policy.Delay alone, with no deadline, for one that cannot have been.
 //
 // # What it does not own
 //

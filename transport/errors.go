@@ -25,6 +25,13 @@ var (
 	// ErrMissingToken means the Request has no bearer token. Nothing was
 	// sent; the outcome is RefreshSession.
 	ErrMissingToken = errors.New("transport: missing access token")
+
+	// ErrInvalidToken means the Request's bearer token cannot be sent
+	// (ValidateToken): a control character, a space, a byte outside
+	// ASCII, or too long. Nothing was sent; the outcome is
+	// RefreshSession with CodeInvalidToken, since a new token, not
+	// another attempt, is what helps.
+	ErrInvalidToken = errors.New("transport: access token cannot be sent")
 )
 
 // Errors carried in Outcome.Err after a send.

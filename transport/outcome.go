@@ -66,10 +66,12 @@ const (
 	CodeUnavailable    = "unavailable"     // 503
 	CodeServerError    = "server_error"    // other 5xx
 	CodeInFlight       = "in_flight"       // 409: the same key is still being processed
+	CodeTLS            = "tls"             // the TLS handshake failed: an untrusted or mismatched certificate, or an https URL for a plain-HTTP server; nothing was sent
 
 	// RefreshSession.
 	CodeUnauthorized = "unauthorized"  // 401
 	CodeMissingToken = "missing_token" // Request.Token empty; nothing sent
+	CodeInvalidToken = "invalid_token" // Request.Token cannot be sent as a header (ValidateToken); nothing sent
 
 	// Permanent.
 	CodeForbidden        = "forbidden"          // 403
@@ -161,6 +163,11 @@ type Outcome struct {
 	// Err describes every outcome that is not Done; it wraps one of the
 	// package's sentinel errors or the net/http or context error.
 	Err error
+
+	// Method and URL are the request's, once it was built (for messages:
+	// the URL holds no credential). Location is a 3xx answer's Location
+	// header.
+	Method, URL, Location string
 
 	// Sends counts how many times net/http wrote the whole request onto a
 	// connection during this Send (httptrace WroteRequest without an

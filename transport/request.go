@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -86,11 +87,14 @@ func (c *Client) build(r Request) (*http.Request, typeRoutes, *Outcome) {
 	if !validHeaderValue(r.OperationID) {
 		return bad("operation id is not a valid header value")
 	}
-	if !validHeaderValue(r.Token) {
-		return bad("token is not a valid header value")
-	}
 	if r.Token == "" {
 		o := invalid(RefreshSession, CodeMissingToken, fmt.Errorf("operation %q: %w", r.OperationID, ErrMissingToken))
+		return nil, typeRoutes{}, &o
+	}
+	if !validHeaderValue(r.Token) {
+		// net/http would refuse the request: the token, not the
+		// operation, is at fault, and a new one is what helps.
+		o := invalid(RefreshSession, CodeInvalidToken, fmt.Errorf("operation %q: the token holds a control character: %w", r.OperationID, ErrInvalidToken))
 		return nil, typeRoutes{}, &o
 	}
 	tr := c.routesFor(r.EntityType)
@@ -174,6 +178,33 @@ func escapeSegment(s string) string {
 		return "%2E%2E"
 	}
 	return url.PathEscape(s)
+}
+
+// MaxTokenBytes bounds a bearer token (ValidateToken): room for a large
+// JWT (a few KiB). Many servers refuse more than 8 KiB of headers in all,
+// so a longer token would fail every request anyway.
+const MaxTokenBytes = 8 << 10
+
+// ValidateToken reports whether token can be sent as a bearer token and
+// read back as sent: 1 to MaxTokenBytes visible ASCII characters (RFC
+// 9110 VCHAR, '!' to '~'). That admits every RFC 6750 b64token (token68)
+// and refuses control characters, which net/http will not send (a
+// newline would end the header), spaces and tabs, which servers trim or
+// split on, and bytes outside ASCII, which servers read in different
+// ways. The local API refuses such a token at PUT /v1/session.
+func ValidateToken(token string) error {
+	switch {
+	case token == "":
+		return errors.New("is empty")
+	case len(token) > MaxTokenBytes:
+		return fmt.Errorf("is %d bytes long, more than %d", len(token), MaxTokenBytes)
+	}
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; c < '!' || c > '~' {
+			return fmt.Errorf("holds %q at byte %d; a token is visible ASCII characters only ('!' to '~': no control characters, spaces or non-ASCII)", c, i)
+		}
+	}
+	return nil
 }
 
 // validHeaderValue reports whether net/http will send s as a header value:

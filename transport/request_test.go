@@ -220,7 +220,11 @@ func TestNotSent(t *testing.T) {
 		{"unknown op", mod(createReq(), func(r *Request) { r.Op = "upsert" }), Permanent, CodeInvalidRequest, ErrInvalidRequest},
 		{"create without data", mod(createReq(), func(r *Request) { r.Data = nil }), Permanent, CodeInvalidRequest, ErrInvalidRequest},
 		{"data not json", mod(updateReq(), func(r *Request) { r.Data = []byte(`{nope`) }), Permanent, CodeInvalidRequest, ErrInvalidRequest},
-		{"token with newline", mod(createReq(), func(r *Request) { r.Token = "a\r\nX-Evil: 1" }), Permanent, CodeInvalidRequest, ErrInvalidRequest},
+		// A token net/http cannot send is the session's fault, not the
+		// operation's: refresh it.
+		{"token with newline", mod(createReq(), func(r *Request) { r.Token = "a\r\nX-Evil: 1" }), RefreshSession, CodeInvalidToken, ErrInvalidToken},
+		{"token ending in newline", mod(createReq(), func(r *Request) { r.Token = "a.dev\n" }), RefreshSession, CodeInvalidToken, ErrInvalidToken},
+		{"token with NUL", mod(createReq(), func(r *Request) { r.Token = "a\x00" }), RefreshSession, CodeInvalidToken, ErrInvalidToken},
 		{"key with newline", mod(createReq(), func(r *Request) { r.OperationID = "a\nb" }), Permanent, CodeInvalidRequest, ErrInvalidRequest},
 	}
 	for _, tt := range tests {

@@ -14,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd/syncd/daemon"
 	"github.com/syncd/syncd/localapi/client"
 	"github.com/syncd/syncd/localapi/localapitest"
 	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/transport"
 )
 
 // cliEnv is a real local API and a token file for the client commands.
@@ -493,5 +495,39 @@ func TestEventLineTotals(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("signed in: %q lacks %q", got, want)
 		}
+	}
+}
+
+// A misrouted remote (every create answered 404 by the reference
+// server) shows in syncd status as one cause with its fix, not as a list
+// of failed operations.
+func TestCLIStatusRemoteMisconfigured(t *testing.T) {
+	t.Parallel()
+	c := startCLI(t, localapitest.Options{Account: "alice", Drain: true, Transport: transport.Config{
+		Routes: map[string]transport.Routes{"note": {Create: transport.Route{Path: "/nope/{type}"}}},
+	}})
+	sub, err := c.Bus.Subscribe(c.Bus.LastSeq(), daemon.Filter{Types: []string{daemon.EventRemoteMisconfigured}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for i := range 3 {
+		c.write(fmt.Sprintf("n%d", i))
+	}
+	c.Daemon.Notify()
+	if _, ok := sub.Next(); !ok {
+		t.Fatalf("no remote.misconfigured event: %v", sub.Err())
+	}
+	out := c.must("status")
+	contains(t, "misconfigured", out, "sending:", "paused (remote_misconfigured)", "misconfigured (route_not_found)",
+		"/nope/note was answered 404 Not Found", "fix:", "routes configured for the entity type", "next check:")
+	if strings.Contains(out, "needs your attention") {
+		t.Errorf("operations failed one by one:\n%s", out)
+	}
+	var st struct {
+		RemoteProblem struct{ Kind, Fix string } `json:"remoteProblem"`
+	}
+	if err := json.Unmarshal([]byte(c.must("status", "--json")), &st); err != nil || st.RemoteProblem.Kind != "route_not_found" || st.RemoteProblem.Fix == "" {
+		t.Errorf("status --json: %+v (%v)", st, err)
 	}
 }

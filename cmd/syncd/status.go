@@ -63,6 +63,13 @@ func printStatus(w io.Writer, st client.Status, failed []client.Operation) {
 		sending = "offline (will retry)"
 	}
 	fmt.Fprintf(tw, "sending:\t%s\n", sending)
+	if p := st.RemoteProblem; p != nil {
+		// One line each: what was seen, what to do, when syncd looks
+		// again. The operations wait; none is failed for it.
+		fmt.Fprintf(tw, "remote:\tmisconfigured (%s) since %s: %s\n", p.Kind, p.Since.Local().Format(time.DateTime), p.Seen)
+		fmt.Fprintf(tw, "fix:\t%s\n", p.Fix)
+		fmt.Fprintf(tw, "next check:\t%s (or at once on PUT /v1/session); operations wait, none fails for it\n", p.NextCheckAt.Local().Format(time.DateTime))
+	}
 	// Signed in, the queue is the account's; what other accounts left
 	// queued waits for them and is only counted.
 	counts, age := st.Counts, st.OldestPendingAgeSeconds

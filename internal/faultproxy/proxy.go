@@ -121,9 +121,10 @@ func New(target string) (*Proxy, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
 	p := &Proxy{
-		target:  target,
-		ln:      ln,
-		hc:      &http.Client{Transport: tr},
+		target: target,
+		ln:     ln,
+		// A proxy relays a redirect; it does not follow it.
+		hc:      &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		done:    make(chan struct{}),
 		served:  make(chan struct{}),
 		keys:    make(map[string]int),

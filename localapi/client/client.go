@@ -182,6 +182,9 @@ type Status struct {
 	Online      bool   `json:"online"`
 	Paused      bool   `json:"paused"`
 	PauseReason string `json:"pauseReason,omitempty"`
+	// RemoteProblem is set while sending is paused as
+	// remote_misconfigured: every operation failed the same way.
+	RemoteProblem *RemoteProblem `json:"remoteProblem,omitempty"`
 	// Counts and OldestPendingAgeSeconds cover every account's
 	// operations; AccountCounts and AccountOldestPendingAgeSeconds the
 	// signed-in account's (nil and 0 when signed out).
@@ -192,6 +195,17 @@ type Status struct {
 	FileSizeBytes                  int64          `json:"fileSizeBytes"`
 	FreeBytes                      int64          `json:"freeBytes"`
 	LastEventSeq                   uint64         `json:"lastEventSeq"`
+}
+
+// RemoteProblem is why sending is paused as remote_misconfigured (a
+// setup mistake: a redirecting URL, a missing route, a TLS failure).
+type RemoteProblem struct {
+	Code        string    `json:"code"` // "remote_misconfigured"
+	Kind        string    `json:"kind"` // "redirect", "route_not_found" or "tls"
+	Seen        string    `json:"seen"` // what syncd saw
+	Fix         string    `json:"fix"`  // how to fix it
+	Since       time.Time `json:"since"`
+	NextCheckAt time.Time `json:"nextCheckAt"`
 }
 
 // List is one page of a listing; pass Next as After for the next page.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/syncd/syncd/daemon"
 	"github.com/syncd/syncd/localapi/client"
 	"github.com/syncd/syncd/queue"
 )
@@ -17,6 +18,8 @@ func TestClientTypesCarryEveryMember(t *testing.T) {
 		{queue.Entity{}, client.Entity{}},
 		{queue.Operation{}, client.Operation{}},
 		{queue.Event{}, client.Event{}},
+		{daemon.Status{}, client.Status{}},
+		{daemon.RemoteProblem{}, client.RemoteProblem{}},
 	} {
 		have := jsonNames(reflect.TypeOf(c.client))
 		for name := range jsonNames(reflect.TypeOf(c.api)) {

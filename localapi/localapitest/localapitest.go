@@ -41,9 +41,16 @@ type Options struct {
 	// Drain starts the daemon's workers, sending to an in-process
 	// reference remote server with dev tokens.
 	Drain bool
+	// Transport is the config of the daemon's transport when Drain is
+	// set; BaseURL is filled in.
+	Transport transport.Config
 	// Daemon is the daemon's config; Store, Transport and Logger are
 	// filled in.
 	Daemon daemon.Config
+	// StoredSession, when set, is written into the data file before the
+	// daemon starts, as a data file from an earlier run holds it: it is
+	// not checked as PUT /v1/session would check it.
+	StoredSession *queue.Session
 }
 
 // Env is a running API.
@@ -94,6 +101,11 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	t.Cleanup(e.Bus.Close)
 
+	if o.StoredSession != nil {
+		if err := store.SaveSession(context.Background(), o.StoredSession, queue.Event{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	dcfg := o.Daemon
 	dcfg.Store = store
 	if dcfg.Logger == nil {
@@ -110,7 +122,9 @@ func Start(t testing.TB, o Options) *Env {
 			rs.Close()
 		})
 		e.Remote = rs
-		tc, err := transport.New(transport.Config{BaseURL: hs.URL})
+		tcfg := o.Transport
+		tcfg.BaseURL = hs.URL
+		tc, err := transport.New(tcfg)
 		if err != nil {
 			t.Fatal(err)
 		}

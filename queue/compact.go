@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
@@ -27,13 +28,25 @@ const compactTxMaxSize = 64 << 20
 // must be stopped (bbolt's lock makes a running daemon's file fail here
 // with ErrLocked). The copy is fsynced and renamed over the original, so
 // a crash leaves either the old file or the new one.
+//
+// Compact holds bbolt's exclusive lock on the original from before the
+// copy until after the rename, and Open and Compact both check, once they
+// hold the lock, that the file they opened is still the one at the path
+// (openCurrent). So a store opened during a compaction waits for it and
+// then opens the compacted file, never the one the rename replaced, and
+// a second compaction waits and then compacts the new file. Each
+// compaction copies into a temporary file of its own. On Windows, where a
+// file that is open cannot be replaced, the original is closed first and
+// the rename fails, changing nothing, if a store opened it in between.
 func Compact(path string) (before, after int64, err error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return 0, 0, fmt.Errorf("queue: compact: %w", err)
 	}
 	before = fi.Size()
-	src, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: DefaultLockTimeout, ReadOnly: true})
+	// Read-write, for bbolt's exclusive lock; NoFreelistSync so that
+	// opening writes nothing.
+	src, err := openCurrent(path, &bolt.Options{Timeout: DefaultLockTimeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
 			return before, 0, fmt.Errorf("%w: %s", ErrLocked, path)
@@ -41,10 +54,18 @@ func Compact(path string) (before, after int64, err error) {
 		return before, 0, fmt.Errorf("queue: compact: open %s: %w", path, err)
 	}
 	defer src.Close()
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".compact")
-	os.Remove(tmp)
+	if fi, err := os.Stat(path); err == nil {
+		before = fi.Size() // the file this compaction holds
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".compact-*")
+	if err != nil {
+		return before, 0, fmt.Errorf("queue: compact: %w", err)
+	}
+	tmp := f.Name()
+	f.Close()
 	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{FreelistType: bolt.FreelistMapType})
 	if err != nil {
+		os.Remove(tmp)
 		return before, 0, fmt.Errorf("queue: compact: create %s: %w", tmp, err)
 	}
 	if err := bolt.Compact(dst, src, compactTxMaxSize); err != nil {
@@ -61,7 +82,12 @@ func Compact(path string) (before, after int64, err error) {
 		os.Remove(tmp)
 		return before, 0, fmt.Errorf("queue: compact: %w", err)
 	}
-	src.Close()
+	if !renameOverOpenFile {
+		src.Close()
+	}
+	if compactBeforeRename != nil {
+		compactBeforeRename()
+	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
 		return before, 0, fmt.Errorf("queue: compact: %w", err)
@@ -70,10 +96,61 @@ func Compact(path string) (before, after int64, err error) {
 		d.Sync() // make the rename durable where the OS supports it
 		d.Close()
 	}
+	src.Close() // only now may a waiting Open or Compact take the lock
 	if fi, err := os.Stat(path); err == nil {
 		after = fi.Size()
 	}
 	return before, after, nil
+}
+
+// renameOverOpenFile: the OS lets a file that is open (and mapped) be
+// replaced by a rename. Windows does not.
+const renameOverOpenFile = runtime.GOOS != "windows"
+
+// Test seams: compactBeforeRename runs just before Compact's rename;
+// openFile opens the data file for Open and Compact.
+var (
+	compactBeforeRename func()
+	openFile            = os.OpenFile
+)
+
+// openCurrent opens the bbolt file at path and, once it holds bbolt's
+// lock, checks that the file it opened is still the one at the path: a
+// compaction may have renamed a new file over it while this open waited
+// for the lock. It then opens again, a bounded number of times.
+func openCurrent(path string, opts *bolt.Options) (*bolt.DB, error) {
+	o := *opts
+	var opened *os.File
+	o.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		f, err := openFile(name, flag, perm)
+		opened = f
+		return f, err
+	}
+	for range 8 {
+		opened = nil
+		db, err := bolt.Open(path, 0o600, &o)
+		if err != nil {
+			return nil, err
+		}
+		if opened == nil {
+			db.Close()
+			return nil, fmt.Errorf("queue: open %s: the file was not opened through the seam", path)
+		}
+		held, err := opened.Stat()
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		cur, err := os.Stat(path)
+		if err == nil && os.SameFile(held, cur) {
+			return db, nil
+		}
+		db.Close()
+		if err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("queue: %s is replaced again and again while opening", path)
 }
 
 // CompactIfWorthIt compacts the file at path when it is at least

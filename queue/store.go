@@ -126,7 +126,7 @@ func Open(path string, cfg Config) (*Store, error) {
 		mergeable[t] = true
 	}
 
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
+	db, err := openCurrent(path, &bolt.Options{
 		Timeout:      cfg.LockTimeout,
 		FreelistType: bolt.FreelistMapType,
 		// The free list is written at Close and while it is short, not at

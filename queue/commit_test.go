@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // commitCounter opens a store whose OnCommit counts commits.
@@ -130,5 +133,55 @@ func TestDeferredBatchDoesNotMakeTheNextWriteWait(t *testing.T) {
 	watchdog(t, applyAsync(context.Background(), s, "c"), "lone app write")
 	if n := commits.Load(); n != 2 {
 		t.Fatalf("%d commits, want 2", n)
+	}
+}
+
+// A write that panics while its goroutine leads the commit, before or
+// after writing, gets an error; the transaction rolls back without it,
+// the writes sharing it commit, and later writes, claims and Close work.
+// So does a panic in OnCommit, after the commit.
+func TestCommitPanicHoldsNothing(t *testing.T) {
+	ctx := context.Background()
+	var panicOnCommit atomic.Bool
+	s, _ := setup(t, Config{NoSync: true, OnCommit: func([]Event) {
+		if panicOnCommit.Load() {
+			panic("OnCommit panics")
+		}
+	}})
+	for _, wrote := range []bool{false, true} {
+		err := s.update(ctx, func(w *txw) error {
+			if wrote {
+				if err := w.put(w.b(bucketMeta), []byte("half-written"), []byte("x")); err != nil {
+					return err
+				}
+			}
+			panic("a write panics")
+		})
+		if err == nil || !strings.Contains(err.Error(), "a write panics") {
+			t.Fatalf("wrote=%v: the panicking write answered %v", wrote, err)
+		}
+	}
+	panicOnCommit.Store(true)
+	if _, err := s.Apply(ctx, Write{Op: OpCreate, AccountID: "acct", EntityType: "note", EntityID: "during", Data: json.RawMessage(`{}`)}); err == nil {
+		t.Fatal("a write whose OnCommit panicked answered no error")
+	}
+	panicOnCommit.Store(false)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Apply(ctx, Write{Op: OpCreate, AccountID: "acct", EntityType: "note", EntityID: "after", Data: json.RawMessage(`{}`)})
+		done <- err
+	}()
+	watchdog(t, done, "a write after the panics")
+	if _, err := s.Claim(ctx, "acct", "w", time.Minute); err != nil {
+		t.Fatalf("claim after the panics: %v", err)
+	}
+	var half []byte
+	s.db.View(func(tx *bolt.Tx) error {
+		half = tx.Bucket(bucketMeta).Get([]byte("half-written"))
+		return nil
+	})
+	if half != nil {
+		t.Fatal("the write that panicked after writing was committed")
 	}
 }

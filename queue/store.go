@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -445,7 +446,23 @@ func (s *Store) take(batch []*commitReq) []*commitReq {
 // commit runs a batch in one transaction. A write that fails before it
 // wrote anything just gets its error; one that fails after writing makes
 // the transaction roll back, and the rest run again without it.
+//
+// A panic in a write, in bbolt or in OnCommit does not leave the lead
+// held: the transaction rolls back (bbolt's Update does that), a write
+// that panicked gets an error and the others run again without it, and a
+// panic outside the writes answers every write of the batch that has no
+// answer yet with an error. The leader then passes the lead on as usual.
 func (s *Store) commit(batch []*commitReq) {
+	defer func() {
+		if p := recover(); p != nil {
+			err := s.panicked("commit", p)
+			for _, r := range batch {
+				if !r.answered {
+					r.answer(err)
+				}
+			}
+		}
+	}()
 	for len(batch) > 0 {
 		failed := -1
 		var events []Event
@@ -457,7 +474,7 @@ func (s *Store) commit(batch []*commitReq) {
 			for i, r := range batch {
 				r.refused = nil
 				w := &txw{tx: tx, s: s, now: now}
-				if err := r.fn(w); err != nil {
+				if err := s.runWrite(r.fn, w); err != nil {
 					if w.wrote {
 						failed = i
 						return err
@@ -493,6 +510,26 @@ func (s *Store) commit(batch []*commitReq) {
 		}
 		return
 	}
+}
+
+// runWrite runs one write of a batch. A panic becomes its error, and
+// counts as having written, so that the transaction rolls back whatever
+// the write left half done and the batch runs again without it.
+func (s *Store) runWrite(fn func(*txw) error, w *txw) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = s.panicked("write", p)
+			w.wrote = true
+		}
+	}()
+	return fn(w)
+}
+
+// panicked logs a recovered panic with its stack and returns the error
+// the writes it concerns get.
+func (s *Store) panicked(where string, p any) error {
+	s.cfg.Logger.Error("queue: a "+where+" panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	return fmt.Errorf("queue: %s panicked: %v", where, p)
 }
 
 // errNothingWritten rolls back a batch in which no write wrote anything

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+
+	"github.com/syncd/syncd/internal/jsonstrict"
 )
 
 // isObject reports whether data is one JSON object and nothing else.
@@ -22,10 +24,8 @@ func isObject(data []byte) bool {
 // canonicalJSON re-encodes v with sorted object keys and no insignificant
 // whitespace; numbers keep their literal text.
 func canonicalJSON(data []byte) ([]byte, error) {
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
+	v, err := decodeNumbers(data)
+	if err != nil {
 		return nil, err
 	}
 	return marshal(v) // maps marshal with sorted keys
@@ -45,44 +45,61 @@ func marshal(v any) ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
+// MaxDataDepth bounds how deep objects and arrays nest in entity data and
+// in a patch. Deeper input is refused (ErrInvalidWrite wrapping a
+// *jsonstrict.Error of kind TooDeep) before anything is decoded.
+const MaxDataDepth = jsonstrict.DefaultMaxDepth
+
 // mergePatch applies an RFC 7396 JSON merge patch to the object target.
+// Each document is decoded once and the result encoded once, so the work
+// follows the size of the input, whatever its depth.
 func mergePatch(target, patch json.RawMessage) (json.RawMessage, error) {
-	var t, p map[string]json.RawMessage
-	if err := json.Unmarshal(target, &t); err != nil {
+	t, err := decodeNumbers(target)
+	if err != nil {
 		return nil, fmt.Errorf("entity data: %w", err)
 	}
-	if err := json.Unmarshal(patch, &p); err != nil {
+	p, err := decodeNumbers(patch)
+	if err != nil {
 		return nil, fmt.Errorf("patch: %w", err)
 	}
-	if t == nil {
-		t = map[string]json.RawMessage{}
+	if _, ok := p.(map[string]any); !ok {
+		return nil, fmt.Errorf("patch: not a JSON object")
+	}
+	return marshal(mergeValue(t, p))
+}
+
+// mergeValue is RFC 7396's MergePatch on decoded values: an object patch
+// patches the target as an object, which a missing or non-object target
+// starts as {} (so the patch's nulls delete rather than being stored);
+// anything else replaces the target.
+func mergeValue(target, patch any) any {
+	p, ok := patch.(map[string]any)
+	if !ok {
+		return patch
+	}
+	t, ok := target.(map[string]any)
+	if !ok {
+		t = make(map[string]any, len(p))
 	}
 	for k, v := range p {
-		switch {
-		case bytes.Equal(bytes.TrimSpace(v), []byte("null")):
+		if v == nil {
 			delete(t, k)
-		case isObject(v):
-			// RFC 7396: an object patches the member as an object, which
-			// a missing or non-object member starts as {} (so its nulls
-			// delete rather than being stored).
-			base := t[k]
-			if !isObject(base) {
-				base = json.RawMessage("{}")
-			}
-			merged, err := mergePatch(base, v)
-			if err != nil {
-				return nil, err
-			}
-			t[k] = merged
-		default:
-			c, err := canonicalJSON(v)
-			if err != nil {
-				return nil, err
-			}
-			t[k] = c
+			continue
 		}
+		t[k] = mergeValue(t[k], v)
 	}
-	return marshal(t)
+	return t
+}
+
+// decodeNumbers decodes one JSON value, numbers kept as their text.
+func decodeNumbers(data []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // payloadFingerprint is the SHA-256 (hex) of the canonical JSON of an

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"github.com/syncd/syncd/internal/jsonstrict"
 	"slices"
 
 	"github.com/google/uuid"
@@ -31,10 +32,15 @@ func ValidateEntityType(s string) error {
 	return nil
 }
 
-// validName checks an id: 1..max bytes of printable ASCII without '/'.
+// validName checks an id: 1..max bytes of printable ASCII without '/',
+// and not "." or "..".
 func validName(what, s string, max int) error {
 	if s == "" || len(s) > max {
 		return fmt.Errorf("%w: %s must be 1 to %d characters", ErrInvalidWrite, what, max)
+	}
+	if s == "." || s == ".." {
+		// A path segment, not a name: a URL holding it cannot address it.
+		return fmt.Errorf("%w: %s cannot be %q", ErrInvalidWrite, what, s)
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c <= ' ' || c >= 0x7f || c == '/' {
@@ -79,6 +85,11 @@ func (s *Store) validate(w *Write) error {
 	}
 	if len(w.Data) > s.cfg.MaxDataBytes {
 		return fmt.Errorf("%w: data is %d bytes, more than the limit of %d", ErrInvalidWrite, len(w.Data), s.cfg.MaxDataBytes)
+	}
+	// One value every reader reads alike: valid UTF-8, no lone surrogate,
+	// no member named twice, nesting bounded (MaxDataDepth).
+	if err := jsonstrict.Check(w.Data, MaxDataDepth); err != nil {
+		return fmt.Errorf("%w: data: %w", ErrInvalidWrite, err)
 	}
 	if !isObject(w.Data) {
 		return fmt.Errorf("%w: data must be a JSON object", ErrInvalidWrite)

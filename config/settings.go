@@ -82,6 +82,11 @@ type Settings struct {
 	// MaxBodyBytes caps local API request bodies. Default MaxDataBytes
 	// plus 64 KiB.
 	MaxBodyBytes int64 `json:"maxBodyBytes"`
+	// MaxQueueBytes bounds what the operations waiting to be sent take
+	// (queue.Config.MaxQueueBytes): past it, app creates and updates
+	// answer 507 storage_full until the queue drains. Default 2 GiB; 0:
+	// no limit.
+	MaxQueueBytes int64 `json:"maxQueueBytes"`
 	// LockTimeout is how long a start waits for another syncd to release
 	// the data directory before giving up.
 	LockTimeout time.Duration `json:"lockTimeout"`
@@ -109,6 +114,7 @@ func Defaults(scope Scope, getenv func(string) string) Settings {
 		MaxOperationAge: daemon.DefaultMaxOperationAge,
 		DoneRetention:   queue.DefaultDoneRetention,
 		MaxDataBytes:    queue.DefaultMaxDataBytes,
+		MaxQueueBytes:   queue.DefaultMaxQueueBytes,
 		LockTimeout:     queue.DefaultLockTimeout,
 		ShutdownTimeout: DefaultShutdownTimeout,
 		LogLevel:        DefaultLogLevel,
@@ -203,6 +209,9 @@ func (s *Settings) finish() error {
 	}
 	if s.MaxDataBytes < 1 {
 		return fmt.Errorf("%w: maxDataBytes %d: want 1 or more", ErrInvalid, s.MaxDataBytes)
+	}
+	if s.MaxQueueBytes < 0 {
+		return fmt.Errorf("%w: maxQueueBytes %d: want 0 (no limit) or more", ErrInvalid, s.MaxQueueBytes)
 	}
 	if s.MaxBodyBytes == 0 {
 		s.MaxBodyBytes = int64(s.MaxDataBytes) + bodyOverhead

@@ -280,7 +280,14 @@ type Status struct {
 	AccountOldestPendingAgeSecond float64             `json:"accountOldestPendingAgeSeconds,omitempty"`
 	FileSizeBytes                 int64               `json:"fileSizeBytes"`
 	FreeBytes                     int64               `json:"freeBytes"`
-	LastEventSeq                  uint64              `json:"lastEventSeq"`
+	// QueuedBytes is what the operations waiting to be sent take;
+	// MaxQueueBytes bounds it (0: no limit), and QueueFull says it is
+	// reached: app creates and updates answer 507 storage_full until the
+	// queue drains.
+	QueuedBytes   int64  `json:"queuedBytes"`
+	MaxQueueBytes int64  `json:"maxQueueBytes,omitempty"`
+	QueueFull     bool   `json:"queueFull,omitempty"`
+	LastEventSeq  uint64 `json:"lastEventSeq"`
 }
 
 // Pause reasons of Status.PauseReason.
@@ -318,6 +325,7 @@ func (d *Daemon) Status(ctx context.Context) (Status, error) {
 		return Status{}, err
 	}
 	s.Counts, s.FileSizeBytes, s.FreeBytes = st.Counts, st.FileSize, st.FreeBytes
+	s.QueuedBytes, s.MaxQueueBytes, s.QueueFull = st.QueuedBytes, st.MaxQueueBytes, st.QueueFull
 	s.OldestPendingAgeSecond = ageSeconds(d.now(), st.OldestPending)
 	if st.Account != nil {
 		s.AccountCounts, s.AccountOldestPendingAgeSecond = st.Account.Counts, ageSeconds(d.now(), st.Account.OldestPending)

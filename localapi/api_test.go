@@ -614,3 +614,33 @@ func TestDeliberate5xx(t *testing.T) {
 		})
 	}
 }
+
+// Past the queue size limit a create answers 507 storage_full with the
+// limit in its message; /v1/status says the queue is full; a delete
+// still works.
+func TestQueueFullIs507(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOptions{account: "alice", qcfg: queue.Config{MaxQueueBytes: 64 << 10}})
+	body := `{"data":{"text":"` + strings.Repeat("x", 1000) + `"}}`
+	var first string
+	for i := 0; ; i++ {
+		r := e.do(req{method: "POST", path: "/v1/entities/note", body: body})
+		if r.status == 507 {
+			if r.code() != CodeStorageFull || !strings.Contains(r.raw, "maxQueueBytes") {
+				t.Fatalf("507 answer: %s", r.raw)
+			}
+			break
+		}
+		if r.status != 201 || i > 1000 {
+			t.Fatalf("create %d: %d %s", i, r.status, r.raw)
+		}
+		if first == "" {
+			first = r.str("id")
+		}
+	}
+	st := e.must(200, req{method: "GET", path: "/v1/status"})
+	if st.body["queueFull"] != true || st.body["maxQueueBytes"] != float64(64<<10) {
+		t.Fatalf("status at the limit: %s", st.raw)
+	}
+	e.must(200, req{method: "DELETE", path: "/v1/entities/note/" + first})
+}

@@ -38,6 +38,7 @@ func (s *Store) Check() error {
 		ops := map[uint64]*Operation{}
 		counts := map[State]int{}
 		accountCounts := map[string]int{}
+		var queued int64
 		if err := tx.Bucket(bucketOps).ForEach(func(k, v []byte) error {
 			// opRow also checks that a payload kept in the entity row is
 			// there, listed (payloadref.go).
@@ -59,6 +60,9 @@ func (s *Store) Check() error {
 				bad("op %s: payload fingerprint does not match its payload", op.ID)
 			}
 			ops[op.Seq] = op
+			if unfinished(op.State) {
+				queued += queuedSize(op)
+			}
 			counts[op.State]++
 			accountCounts[string(accountCountKey(op.AccountID, op.State))]++
 			return nil
@@ -82,6 +86,9 @@ func (s *Store) Check() error {
 			if n != counts[st] {
 				bad("count of %s is %d, rows say %d", st, n, counts[st])
 			}
+		}
+		if got := queuedBytes(tx); got != queued {
+			bad("queued bytes are %d, the unfinished operations' rows say %d", got, queued)
 		}
 		stored := map[string]int{}
 		if err := tx.Bucket(bucketCounts).ForEach(func(k, v []byte) error {

@@ -31,6 +31,9 @@ var allBuckets = [][]byte{
 var (
 	metaSchema  = []byte("schema")
 	metaSession = []byte("session")
+	// metaQueuedBytes: the size of the unfinished operations
+	// (queuedSize each), which Config.MaxQueueBytes bounds.
+	metaQueuedBytes = []byte("queued_bytes")
 )
 
 // schemaVersion is the layout of the file; Open refuses a newer one.

@@ -2,6 +2,8 @@ package queue
 
 import (
 	"fmt"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // Row-level helpers shared by writes and state changes. They keep the
@@ -10,6 +12,11 @@ import (
 // count adds delta to the number of operations in state st, in all and
 // in op's account.
 func (w *txw) count(op *Operation, st State, delta int) error {
+	if unfinished(st) {
+		if err := w.addQueued(op, delta); err != nil {
+			return err
+		}
+	}
 	b := w.b(bucketCounts)
 	for _, k := range [][]byte{[]byte(st), accountCountKey(op.AccountID, st)} {
 		var n uint64
@@ -31,6 +38,66 @@ func (w *txw) count(op *Operation, st State, delta int) error {
 		}
 	}
 	return nil
+}
+
+// queuedOpOverhead is what a queued operation takes besides its payload:
+// its row, its index entries and its entity row's share (about 700 bytes
+// of file for a small create, BenchmarkFootprint).
+const queuedOpOverhead = 700
+
+// queuedSize is what an unfinished operation counts against
+// Config.MaxQueueBytes.
+func queuedSize(op *Operation) int64 { return int64(len(op.Payload)) + queuedOpOverhead }
+
+// unfinished reports whether an operation in state st is still to send.
+func unfinished(st State) bool { return st != StateDone }
+
+// addQueued adds delta operations of op's size to the queued bytes.
+func (w *txw) addQueued(op *Operation, delta int) error {
+	meta := w.b(bucketMeta)
+	n := int64(readU64(meta.Get(metaQueuedBytes))) + int64(delta)*queuedSize(op)
+	if n < 0 {
+		return fmt.Errorf("queue: the queued bytes would go negative")
+	}
+	return w.put(meta, metaQueuedBytes, u64(uint64(n)))
+}
+
+// setPayload gives op a new payload, keeping the queued bytes in step.
+func (w *txw) setPayload(op *Operation, data []byte) error {
+	if !unfinished(op.State) {
+		op.Payload = data
+		return nil
+	}
+	if err := w.addQueued(op, -1); err != nil {
+		return err
+	}
+	op.Payload = data
+	return w.addQueued(op, 1)
+}
+
+// queuedBytes reads the queued bytes.
+func queuedBytes(tx *bolt.Tx) int64 {
+	return int64(readU64(tx.Bucket(bucketMeta).Get(metaQueuedBytes)))
+}
+
+// sumQueuedBytes adds up the queued size of every unfinished operation.
+func sumQueuedBytes(tx *bolt.Tx) (int64, error) {
+	var n int64
+	ops := tx.Bucket(bucketOps)
+	err := tx.Bucket(bucketPartitions).ForEach(func(k, _ []byte) error {
+		seq := readU64(k[len(k)-8:])
+		v := ops.Get(u64(seq))
+		if v == nil {
+			return fmt.Errorf("operation %d is in a partition but has no row", seq)
+		}
+		op, err := opRow(tx, seq, v)
+		if err != nil {
+			return err
+		}
+		n += queuedSize(op)
+		return nil
+	})
+	return n, err
 }
 
 // setState moves op to the state to through the state machine, updating

@@ -182,9 +182,10 @@ func (s *Store) StatsFor(account string) (Stats, error) {
 			return err
 		}
 		st.FileSize = tx.Size()
-		// Info reads the mmap header: only safe while a transaction holds
-		// off a remap.
-		st.FreeBytes = int64(s.db.Stats().FreePageN) * int64(tx.DB().Info().PageSize)
+		st.FreeBytes = s.freeBytes()
+		st.QueuedBytes = queuedBytes(tx)
+		st.MaxQueueBytes = s.cfg.MaxQueueBytes
+		st.QueueFull = st.MaxQueueBytes > 0 && st.QueuedBytes >= st.MaxQueueBytes
 		if account == "" {
 			return nil
 		}
@@ -196,6 +197,12 @@ func (s *Store) StatsFor(account string) (Stats, error) {
 		return nil
 	})
 	return st, err
+}
+
+// freeBytes is the bytes of the file's free pages, as of the last
+// transaction that ended.
+func (s *Store) freeBytes() int64 {
+	return int64(s.db.Stats().FreePageN) * int64(s.pageSize)
 }
 
 // readCounts reads the count of every state, under key(state) (the

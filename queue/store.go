@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,15 +18,19 @@ import (
 
 // Defaults for Config fields left zero.
 const (
-	DefaultLockTimeout   = time.Second
-	DefaultMaxDataBytes  = 1 << 20
-	DefaultDoneRetention = 7 * 24 * time.Hour
-	DefaultEventHistory  = 10000
-	DefaultMaxBatch      = 256
-	DefaultBatchWait     = 500 * time.Microsecond
-	DefaultDeferWait     = 2 * time.Millisecond
-	DefaultListLimit     = 100
-	MaxListLimit         = 1000
+	DefaultLockTimeout  = time.Second
+	DefaultMaxDataBytes = 1 << 20
+	// DefaultMaxQueueBytes is syncd's default MaxQueueBytes (the queue's
+	// own default is no limit): 2 GiB, about 2.5 million queued small
+	// creates or 170,000 of 10 KB.
+	DefaultMaxQueueBytes int64 = 2 << 30
+	DefaultDoneRetention       = 7 * 24 * time.Hour
+	DefaultEventHistory        = 10000
+	DefaultMaxBatch            = 256
+	DefaultBatchWait           = 500 * time.Microsecond
+	DefaultDeferWait           = 2 * time.Millisecond
+	DefaultListLimit           = 100
+	MaxListLimit               = 1000
 )
 
 // Config configures a Store. The zero value means defaults.
@@ -40,6 +45,14 @@ type Config struct {
 	LockTimeout time.Duration
 	// MaxDataBytes is the largest entity data accepted. Default 1 MiB.
 	MaxDataBytes int
+	// MaxQueueBytes bounds what the operations waiting to be sent take
+	// (Stats.QueuedBytes: each its payload and about 700 bytes of rows
+	// and indexes). Once they reach it, an app's create or update fails
+	// with ErrStorageFull, writing nothing, before the disk fills;
+	// deletes, replays and sends go on, and writes work again as the
+	// queue drains. Zero: no limit. syncd's default is
+	// DefaultMaxQueueBytes.
+	MaxQueueBytes int64
 	// DoneRetention is how long done operations are kept before Sweep
 	// deletes them. An app's Idempotency-Key replays for as long as its
 	// operation is kept. Default 7 days, the server's idempotency
@@ -177,7 +190,7 @@ func Open(path string, cfg Config) (*Store, error) {
 	}
 	if err != nil {
 		db.Close()
-		return nil, err
+		return nil, noSpace(err)
 	}
 	if recovered > 0 {
 		cfg.Logger.Info("queue: returned operations left sending by a previous process", "count", recovered)
@@ -200,7 +213,22 @@ func (s *Store) initBuckets(tx *bolt.Tx) (changed bool, err error) {
 	meta := tx.Bucket(bucketMeta)
 	v := meta.Get(metaSchema)
 	if v == nil {
+		if err := meta.Put(metaQueuedBytes, u64(0)); err != nil {
+			return true, err
+		}
 		return true, meta.Put(metaSchema, u64(schemaVersion))
+	}
+	if meta.Get(metaQueuedBytes) == nil {
+		// A file from before the queue size limit: count its unfinished
+		// operations once.
+		n, err := sumQueuedBytes(tx)
+		if err != nil {
+			return true, fmt.Errorf("queue: count the queued bytes: %w", err)
+		}
+		if err := meta.Put(metaQueuedBytes, u64(uint64(n))); err != nil {
+			return true, err
+		}
+		changed = true
 	}
 	switch got := readU64(v); {
 	case got > schemaVersion:
@@ -493,6 +521,9 @@ func (s *Store) commit(batch []*commitReq) {
 		if errors.Is(err, errNothingWritten) {
 			err = nil
 		}
+		// A full disk fails the commit, not a write: bbolt rolled it back,
+		// and the store goes on once there is room again.
+		err = noSpace(err)
 		if failed >= 0 {
 			batch[failed].answer(err)
 			batch = unanswered(batch)
@@ -510,6 +541,22 @@ func (s *Store) commit(batch []*commitReq) {
 		}
 		return
 	}
+}
+
+// noSpace wraps err in ErrStorageFull when it says the disk (or the
+// user's quota) is full. bbolt keeps the cause's text but not always the
+// error itself (a failed file resize is formatted with %s), so the text
+// counts too.
+func noSpace(err error) error {
+	if err == nil || errors.Is(err, ErrStorageFull) {
+		return err
+	}
+	for _, e := range noSpaceErrnos {
+		if errors.Is(err, e) || strings.Contains(err.Error(), e.Error()) {
+			return fmt.Errorf("%w: %w", ErrStorageFull, err)
+		}
+	}
+	return err
 }
 
 // runWrite runs one write of a batch. A panic becomes its error, and

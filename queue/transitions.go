@@ -374,7 +374,10 @@ func (tx *txw) userRetry(op *Operation) error {
 			if e == nil {
 				return fmt.Errorf("queue: operation %s: entity %s/%s is missing", op.ID, op.EntityType, op.EntityID)
 			}
-			op.Payload, op.PayloadVersion = e.Data, e.Version
+			if err := tx.setPayload(op, e.Data); err != nil {
+				return err
+			}
+			op.PayloadVersion = e.Version
 			op.PayloadFingerprint = payloadFingerprint(op)
 		}
 		op.RemoteKey = uuid.NewString()

@@ -211,6 +211,14 @@ type Stats struct {
 	// in free pages that compaction would return.
 	FileSize  int64 `json:"fileSize"`
 	FreeBytes int64 `json:"freeBytes"`
+	// QueuedBytes is what the operations waiting to be sent take: each
+	// its payload and about 700 bytes of rows and indexes. MaxQueueBytes
+	// (Config.MaxQueueBytes) bounds it; QueueFull says it reached it, and
+	// app creates and updates fail with ErrStorageFull until the queue
+	// drains.
+	QueuedBytes   int64 `json:"queuedBytes"`
+	MaxQueueBytes int64 `json:"maxQueueBytes,omitempty"`
+	QueueFull     bool  `json:"queueFull,omitempty"`
 	// Account is one account's share of Counts and OldestPending, when
 	// asked for (Store.StatsFor).
 	Account *AccountStats `json:"account,omitempty"`

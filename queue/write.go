@@ -152,6 +152,19 @@ func (s *Store) prepare(w *Write) error {
 	return nil
 }
 
+// roomForWrite refuses a write once the operations waiting to be sent
+// reach Config.MaxQueueBytes.
+func (tx *txw) roomForWrite() error {
+	limit := tx.s.cfg.MaxQueueBytes
+	if limit <= 0 {
+		return nil
+	}
+	if queued := queuedBytes(tx.tx); queued >= limit {
+		return fmt.Errorf("%w: the operations waiting to be sent take %d bytes, the limit (maxQueueBytes) is %d; nothing was written. Writes work again as the queue drains to the server", ErrStorageFull, queued, limit)
+	}
+	return nil
+}
+
 func (tx *txw) apply(w *Write) (Result, error) {
 	// The app's key names an operation that exists: replay or conflict.
 	if existing, err := tx.loadOp(w.OperationID); err == nil {
@@ -176,6 +189,12 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		return Result{}, fmt.Errorf("%w: %s/%s", ErrEntityExists, w.EntityType, w.EntityID)
 	case w.Op != OpCreate && (e == nil || e.Deleted):
 		return Result{}, fmt.Errorf("%w: %s/%s", ErrEntityNotFound, w.EntityType, w.EntityID)
+	}
+
+	if w.Op != OpDelete {
+		if err := tx.roomForWrite(); err != nil {
+			return Result{}, err
+		}
 	}
 
 	now := tx.now

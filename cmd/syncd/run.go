@@ -90,6 +90,7 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 		Logger:         logger,
 		LockTimeout:    rc.LockTimeout,
 		MaxDataBytes:   rc.MaxDataBytes,
+		MaxQueueBytes:  rc.MaxQueueBytes,
 		DoneRetention:  rc.DoneRetention,
 		MergeableTypes: rc.MergeableTypes,
 		OnCommit: func(events []queue.Event) {

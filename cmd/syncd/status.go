@@ -90,6 +90,14 @@ func printStatus(w io.Writer, st client.Status, failed []client.Operation) {
 		fmt.Fprintf(tw, "other accounts:\t%d unsent, sent when their account signs in\n", others)
 	}
 	fmt.Fprintf(tw, "data file:\t%s (%s free)\n", bytesHuman(st.FileSizeBytes), bytesHuman(st.FreeBytes))
+	switch {
+	case st.QueueFull:
+		fmt.Fprintf(tw, "queue:\tFULL: %s waiting to be sent, the limit (maxQueueBytes) is %s; creates and updates answer 507 storage_full until it drains (or raise the limit)\n", bytesHuman(st.QueuedBytes), bytesHuman(st.MaxQueueBytes))
+	case st.MaxQueueBytes > 0:
+		fmt.Fprintf(tw, "queue:\t%s waiting to be sent, of at most %s\n", bytesHuman(st.QueuedBytes), bytesHuman(st.MaxQueueBytes))
+	default:
+		fmt.Fprintf(tw, "queue:\t%s waiting to be sent, no limit\n", bytesHuman(st.QueuedBytes))
+	}
 	fmt.Fprintf(tw, "last event:\t%d\n", st.LastEventSeq)
 	tw.Flush()
 	if len(failed) == 0 {

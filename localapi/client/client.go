@@ -194,6 +194,9 @@ type Status struct {
 	AccountOldestPendingAgeSeconds float64        `json:"accountOldestPendingAgeSeconds,omitempty"`
 	FileSizeBytes                  int64          `json:"fileSizeBytes"`
 	FreeBytes                      int64          `json:"freeBytes"`
+	QueuedBytes                    int64          `json:"queuedBytes"`
+	MaxQueueBytes                  int64          `json:"maxQueueBytes,omitempty"`
+	QueueFull                      bool           `json:"queueFull,omitempty"`
 	LastEventSeq                   uint64         `json:"lastEventSeq"`
 }
 

@@ -78,27 +78,42 @@ func (d *Daemon) Logout(ctx context.Context, policy LogoutPolicy, force bool) (p
 	if policy != LogoutKeep && policy != LogoutPurge {
 		return 0, fmt.Errorf("%w: %q (want keep or purge)", ErrInvalidPolicy, policy)
 	}
+	account, purged, err := d.signOut(ctx, policy, force)
+	if err != nil || policy != LogoutPurge {
+		return purged, err
+	}
+	// The rows go in bounded transactions, with no lock of the daemon
+	// held: app writes (refused now, signed out), sends of other accounts
+	// and status reads go on meanwhile. The account cannot sign in until
+	// the purge has finished (queue.ErrPurging), and a crash leaves the
+	// rest to the next start. A client that goes away does not stop it.
+	return purged, d.store.FinishPurge(context.WithoutCancel(ctx), account)
+}
+
+// signOut ends the session, after app writes in flight, and with
+// LogoutPurge begins the purge of its account (queue.StartPurge).
+func (d *Daemon) signOut(ctx context.Context, policy LogoutPolicy, force bool) (account string, purged int, err error) {
 	d.writes.Lock() // wait for app writes in flight; hold off new ones
 	defer d.writes.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.session == nil {
-		return 0, ErrNoSession
+		return "", 0, ErrNoSession
 	}
-	account := d.session.AccountID
+	account = d.session.AccountID
 	if policy == LogoutPurge {
-		if purged, err = d.store.PurgeAccount(ctx, account, force); err != nil {
-			return 0, err
+		if purged, err = d.store.StartPurge(ctx, account, force); err != nil {
+			return "", 0, err
 		}
 	}
 	data, _ := json.Marshal(map[string]any{"policy": policy, "purged": purged})
 	if err := d.store.SaveSession(ctx, nil, queue.Event{Type: EventSessionLoggedOut, AccountID: account, Data: data}); err != nil {
-		return purged, err
+		return account, purged, err
 	}
 	d.endSessionSends()
 	d.session = nil
 	d.sessionChanged()
-	return purged, nil
+	return account, purged, nil
 }
 
 // AccountWrite runs fn, an app write, with the current session's

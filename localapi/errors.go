@@ -46,6 +46,7 @@ const (
 	CodeEntityExists         = "entity_exists"          // 409: create of an id that is taken
 	CodeIllegalTransition    = "illegal_transition"     // 409: retry/discard of an operation not failed
 	CodeNotPurgeable         = "not_purgeable"          // 409: purge refused, unsynced operations
+	CodePurgeInProgress      = "purge_in_progress"      // 409: sign-in of an account whose purge has not finished
 	CodeKeyReused            = "idempotency_key_reused" // 422: Idempotency-Key used for another request
 	CodeUpgradeRequired      = "upgrade_required"       // 426: GET /v1/events without a WebSocket handshake
 	CodeInternal             = "internal"               // 500
@@ -130,6 +131,8 @@ func classify(err error) (status int, code string) {
 		return http.StatusConflict, CodeIllegalTransition
 	case errors.Is(err, queue.ErrNotPurgeable):
 		return http.StatusConflict, CodeNotPurgeable
+	case errors.Is(err, queue.ErrPurging):
+		return http.StatusConflict, CodePurgeInProgress
 	case errors.Is(err, daemon.ErrNoSession):
 		return http.StatusConflict, CodeNoSession
 	case errors.Is(err, queue.ErrStorageFull):

@@ -105,7 +105,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	json.Unmarshal(doc.Components.Schemas["ErrorCode"], &codes)
 	for _, c := range []string{CodeUnauthorized, CodeForbiddenHost, CodeForbiddenOrigin, CodeNotFound, CodeUnknownEntityType,
 		CodeMethodNotAllowed, CodeUnsupportedMediaType, CodeBodyTooLarge, CodeInvalidJSON, CodeInvalidRequest, CodeNoSession,
-		CodeEntityExists, CodeIllegalTransition, CodeNotPurgeable, CodeKeyReused, CodeUpgradeRequired, CodeInternal,
+		CodeEntityExists, CodeIllegalTransition, CodeNotPurgeable, CodePurgeInProgress, CodeKeyReused, CodeUpgradeRequired, CodeInternal,
 		CodeShuttingDown, CodeTooManySubscribers, CodeRequestTimeout, CodeStorageFull} {
 		if !slices.Contains(codes.Enum, c) {
 			t.Errorf("error code %s is not in the ErrorCode schema", c)

@@ -36,6 +36,9 @@ var (
 	// ErrNotPurgeable is returned by PurgeAccount when the account still
 	// has operations that have not reached the server and force is false.
 	ErrNotPurgeable = errors.New("queue: account has unsynced operations")
+	// ErrPurging is returned by SaveSession for an account whose purge
+	// has not finished: it signs in once its old rows are gone.
+	ErrPurging = errors.New("queue: the account's data is being purged")
 )
 
 // ErrInvalidCursor is returned by a listing whose After cursor is not one

@@ -20,6 +20,9 @@ type Session struct {
 func (s *Store) SaveSession(ctx context.Context, sess *Session, e Event) error {
 	return s.update(ctx, func(tx *txw) error {
 		meta := tx.b(bucketMeta)
+		if sess != nil && meta.Get(purgeKey(sess.AccountID)) != nil {
+			return fmt.Errorf("%w: %s", ErrPurging, sess.AccountID)
+		}
 		if sess == nil {
 			if err := tx.del(meta, metaSession); err != nil {
 				return err
@@ -69,77 +72,200 @@ func (s *Store) AppendEvent(ctx context.Context, e Event) (Event, error) {
 }
 
 // PurgeAccount deletes every entity and operation of account, and the
-// stored session if it is that account's (logout with the purge policy). Unless force is set it refuses, with
-// ErrNotPurgeable, while the account has operations that have not
-// reached the server.
+// stored session if it is that account's (logout with the purge policy).
+// Unless force is set it refuses, with ErrNotPurgeable, while the account
+// has operations that have not reached the server. It returns how many
+// of those it removed. It is StartPurge then FinishPurge.
 func (s *Store) PurgeAccount(ctx context.Context, account string, force bool) (removed int, err error) {
+	if removed, err = s.StartPurge(ctx, account, force); err != nil {
+		return 0, err
+	}
+	return removed, s.FinishPurge(ctx, account)
+}
+
+// purgeChunk bounds the rows one purge transaction deletes (and
+// purgeScanChunk the operation rows it reads looking for the account's
+// done ones), so that app writes, claims and status reads commit between
+// a big account's chunks instead of waiting for one long transaction.
+// Tests lower them.
+var (
+	purgeChunk     = 1000
+	purgeScanChunk = 20000
+	// purgeChunkDone, when set, runs after each chunk of FinishPurge; an
+	// error stops the purge there (as a crash would).
+	purgeChunkDone func(chunk int) error
+)
+
+// StartPurge begins purging account, in one transaction: unless force is
+// set it refuses, with ErrNotPurgeable, while the account has operations
+// that have not reached the server; it removes the stored session if it
+// is that account's, and records that the purge runs, so that the account
+// cannot sign in (SaveSession answers ErrPurging) until FinishPurge has
+// deleted its rows, and a purge a crash cut short is finished by the next
+// Open. It returns how many unfinished operations the purge removes.
+func (s *Store) StartPurge(ctx context.Context, account string, force bool) (unfinished int, err error) {
 	err = s.update(ctx, func(tx *txw) error {
-		removed = 0
+		unfinished = 0
 		prefix := []byte(account + "\x00")
-		var unfinished [][]byte
 		c := tx.b(bucketPartitions).Cursor()
 		for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
-			unfinished = append(unfinished, append([]byte(nil), k[len(k)-8:]...))
+			unfinished++
 		}
-		if len(unfinished) > 0 && !force {
-			return fmt.Errorf("%w: %d operations of account %s have not reached the server", ErrNotPurgeable, len(unfinished), account)
+		if unfinished > 0 && !force {
+			return fmt.Errorf("%w: %d operations of account %s have not reached the server", ErrNotPurgeable, unfinished, account)
 		}
-		for _, seq := range unfinished {
-			op, err := tx.loadOpBySeq(readU64(seq))
-			if err != nil {
-				return err
-			}
-			if err := tx.purgeOp(op); err != nil {
-				return err
-			}
-			removed++
-		}
-		var keys [][]byte
-		c = tx.b(bucketEntities).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
-			keys = append(keys, append([]byte(nil), k...))
-		}
-		for _, k := range keys {
-			if err := tx.deleteEntityKey(k); err != nil {
-				return err
-			}
-		}
-		// Done operations of the account: their rows go too.
-		var done []uint64
-		if err := tx.b(bucketOps).ForEach(func(k, v []byte) error {
-			op, _, err := decodeOp(readU64(k), v) // its payload is not needed
-			if err != nil {
-				return err
-			}
-			if op.AccountID == account && op.State == StateDone {
-				done = append(done, op.Seq)
-			}
-			return nil
-		}); err != nil {
+		meta := tx.b(bucketMeta)
+		if err := tx.put(meta, purgeKey(account), nil); err != nil {
 			return err
 		}
-		for _, seq := range done {
-			op, err := tx.loadOpBySeq(seq)
-			if err != nil {
-				return err
-			}
-			if err := tx.deleteDone(op); err != nil {
-				return err
-			}
-		}
-		// The account's stored session goes in the same transaction: a
-		// crash never leaves a purged account signed in.
-		if v := tx.b(bucketMeta).Get(metaSession); v != nil {
+		// The session goes in the same transaction: a crash never leaves
+		// a half-purged account signed in.
+		if v := meta.Get(metaSession); v != nil {
 			var sess Session
 			if err := json.Unmarshal(v, &sess); err == nil && sess.AccountID == account {
-				if err := tx.del(tx.b(bucketMeta), metaSession); err != nil {
+				if err := tx.del(meta, metaSession); err != nil {
 					return err
 				}
 			}
 		}
-		return tx.event(Event{Type: EventAccountPurged, AccountID: account})
+		return nil
 	})
-	return removed, err
+	return unfinished, err
+}
+
+// FinishPurge deletes account's rows in transactions of at most
+// purgeChunk rows: its unfinished operations, then its entities, then its
+// done operations; the last one appends the account.purged event and ends
+// the purge. Safe to call again after an error or a crash: it goes on
+// where the rows say.
+func (s *Store) FinishPurge(ctx context.Context, account string) error {
+	var after uint64 // the done-operation walk's position
+	for chunk := 1; ; chunk++ {
+		finished := false
+		err := s.update(ctx, func(tx *txw) error {
+			var err error
+			finished, after, err = tx.purgeChunk(account, after)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if finished {
+			return nil
+		}
+		if purgeChunkDone != nil {
+			if err := purgeChunkDone(chunk); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// purgeChunk deletes up to purgeChunk rows of account, the first kind
+// that has any left: entities, each with its unfinished operations (so no
+// entity is ever left pending without an operation), then unfinished
+// operations without an entity row, then done operations, looked for from
+// seq after on, at most purgeScanChunk rows a time. It reports the purge
+// finished once nothing is left, and then ends it.
+func (tx *txw) purgeChunk(account string, after uint64) (finished bool, next uint64, err error) {
+	prefix := []byte(account + "\x00")
+	var keys [][]byte
+	c := tx.b(bucketEntities).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix) && len(keys) < purgeChunk; k, _ = c.Next() {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for _, k := range keys {
+		if err := tx.purgeOps(append(k, 0)); err != nil {
+			return false, after, err
+		}
+		if err := tx.deleteEntityKey(k); err != nil {
+			return false, after, err
+		}
+	}
+	if len(keys) > 0 {
+		return false, after, nil
+	}
+	if tx.anyKey(bucketPartitions, prefix) {
+		return false, after, tx.purgeOps(prefix)
+	}
+
+	// Done operations of the account: their rows go too. Nothing indexes
+	// them by account, so the walk reads every operation row, a bounded
+	// number per transaction.
+	var done []uint64
+	scanned := 0
+	c = tx.b(bucketOps).Cursor()
+	k, v := c.Seek(u64(after))
+	for ; k != nil && scanned < purgeScanChunk && len(done) < purgeChunk; k, v = c.Next() {
+		scanned++
+		seq := readU64(k)
+		next = seq + 1
+		op, _, err := decodeOp(seq, v) // its payload is not needed
+		if err != nil {
+			return false, after, err
+		}
+		if op.AccountID == account && op.State == StateDone {
+			done = append(done, seq)
+		}
+	}
+	for _, seq := range done {
+		op, err := tx.loadOpBySeq(seq)
+		if err != nil {
+			return false, after, err
+		}
+		if err := tx.deleteDone(op); err != nil {
+			return false, after, err
+		}
+	}
+	if k != nil {
+		return false, next, nil
+	}
+	if err := tx.del(tx.b(bucketMeta), purgeKey(account)); err != nil {
+		return false, next, err
+	}
+	return true, next, tx.event(Event{Type: EventAccountPurged, AccountID: account})
+}
+
+// purgeOps purges the unfinished operations whose partition keys start
+// with prefix.
+func (tx *txw) purgeOps(prefix []byte) error {
+	var seqs []uint64
+	c := tx.b(bucketPartitions).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
+		seqs = append(seqs, readU64(k[len(k)-8:]))
+	}
+	for _, seq := range seqs {
+		op, err := tx.loadOpBySeq(seq)
+		if err != nil {
+			return err
+		}
+		if err := tx.purgeOp(op); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// anyKey reports whether bucket has a key that starts with prefix.
+func (tx *txw) anyKey(bucket, prefix []byte) bool {
+	k, _ := tx.b(bucket).Cursor().Seek(prefix)
+	return k != nil && hasPrefix(k, prefix)
+}
+
+// purgeKey is the meta key that records a purge of account in progress.
+func purgeKey(account string) []byte { return append([]byte(metaPurgePrefix), account...) }
+
+// metaPurgePrefix starts the meta keys of purges in progress.
+const metaPurgePrefix = "purging\x00"
+
+// purgesInProgress lists the accounts whose purge a crash cut short.
+func purgesInProgress(tx *bolt.Tx) []string {
+	var accounts []string
+	c := tx.Bucket(bucketMeta).Cursor()
+	for k, _ := c.Seek([]byte(metaPurgePrefix)); k != nil && hasPrefix(k, []byte(metaPurgePrefix)); k, _ = c.Next() {
+		accounts = append(accounts, string(k[len(metaPurgePrefix):]))
+	}
+	return accounts
 }
 
 // EventAccountPurged is appended when an account's data is purged.

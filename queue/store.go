@@ -195,6 +195,17 @@ func Open(path string, cfg Config) (*Store, error) {
 	if recovered > 0 {
 		cfg.Logger.Info("queue: returned operations left sending by a previous process", "count", recovered)
 	}
+	var purges []string
+	db.View(func(tx *bolt.Tx) error { purges = purgesInProgress(tx); return nil })
+	for _, account := range purges {
+		// A crash cut this purge short; the account cannot sign in until
+		// it is finished.
+		if err := s.FinishPurge(context.Background(), account); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("queue: finish the purge of account %s: %w", account, err)
+		}
+		cfg.Logger.Info("queue: finished the purge a previous process began", "account", account)
+	}
 	return s, nil
 }
 

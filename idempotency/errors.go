@@ -6,7 +6,7 @@ import "errors"
 var (
 	// ErrNoStore means Config.Store is nil.
 	ErrNoStore = errors.New("idempotency: no store configured")
-	// ErrNoActor means Config.Actor is nil.
+	// ErrNoActor means Config.Actor is nil; Gate.Wrap panics with it.
 	ErrNoActor = errors.New("idempotency: no actor function configured")
 )
 
@@ -21,6 +21,18 @@ var (
 	ErrNotReserved = errors.New("idempotency: record not reserved in this transaction")
 	// ErrTxDone is returned when a finished transaction is used again.
 	ErrTxDone = errors.New("idempotency: transaction already committed or rolled back")
+	// ErrTxEnded is returned by Tx.Complete and Tx.Commit when the
+	// transaction was committed or rolled back behind the gate's back
+	// (by the handler). The gate answers 500; if the handler committed,
+	// the key stays held until Config.ProcessingLease ends.
+	ErrTxEnded = errors.New("idempotency: the transaction was ended outside the gate")
+)
+
+// Errors of Do.
+var (
+	// ErrKeyReused is returned by Do when the key was used with another
+	// fingerprint.
+	ErrKeyReused = errors.New("idempotency: key already used with another request")
 )
 
 // Error codes the gate writes in {"error":{"code":...}} bodies. Clients
@@ -33,5 +45,8 @@ const (
 	CodeTooLarge     = "too_large"               // 413: body over Config.MaxBodyBytes
 	CodeUnauthorized = "unauthorized"            // 401: Config.Actor failed
 	CodeInternal     = "internal"                // 500: the store failed
-	CodeBadRequest   = "bad_request"             // 400: the request body could not be read
+	CodeBadRequest   = "bad_request"             // 400: the body could not be read, or is ambiguous JSON (invalid UTF-8, lone surrogate, repeated name)
+	// 500: the handler's answer is over Config.MaxResponseBytes; it was
+	// rolled back, so nothing was done.
+	CodeResponseTooLarge = "response_too_large"
 )

@@ -36,6 +36,10 @@ func Example() {
 		Store: store,
 		// Your authentication decides the actor; keys are scoped by it.
 		Actor: func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil },
+		// Attempt metadata the client may change between sends of one
+		// request; only the fields named here are left out of the
+		// fingerprint.
+		ExcludedFields: []string{"sentAt"},
 	})
 	if err != nil {
 		log.Fatal(err)

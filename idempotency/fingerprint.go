@@ -10,14 +10,11 @@ import (
 	"strings"
 )
 
-// DefaultExcludedFields are the top-level body fields left out of the
-// fingerprint when Config.ExcludedFields is nil: attempt metadata that a
-// client may change between sends of the same operation.
-var DefaultExcludedFields = []string{"attempt", "attemptId", "sentAt", "requestId", "traceId", "traceparent"}
-
 // Fingerprint returns the hex SHA-256 of the canonical JSON of
 // {"method", "route", "body"}, where body is the request body parsed as
-// JSON with the top-level fields named in exclude removed. Canonical JSON
+// JSON with the top-level fields named in exclude removed. The gate
+// refuses, before it fingerprints, JSON that would lose information here
+// (invalid UTF-8, lone surrogates, repeated names). Canonical JSON
 // has object keys sorted, no insignificant whitespace, strings re-escaped
 // one way and numbers kept as written (so 1 and 1.0 differ). A body that
 // is not a single JSON value is fingerprinted by the SHA-256 of its raw

@@ -8,23 +8,45 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
+	"net/url"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/syncd/syncd/internal/jsonstrict"
 )
 
 // Defaults for the zero values of Config.
 const (
-	DefaultRetention    = 7 * 24 * time.Hour
-	DefaultInFlightWait = 2 * time.Second
-	DefaultRetryAfter   = time.Second
+	DefaultRetention  = 7 * 24 * time.Hour
+	DefaultRetryAfter = time.Second
+	// DefaultProcessingLease is how long a processing record that was
+	// committed without its answer (see Config.ProcessingLease) keeps its
+	// key.
+	DefaultProcessingLease = 5 * time.Minute
 	// 1 MiB of data (syncd's default entity data limit) plus room for
 	// the request's envelope.
 	DefaultMaxBodyBytes = 1<<20 + 64<<10
+	// DefaultMaxResponseBytes is the largest answer stored for replay:
+	// an entity of 1 MiB and its envelope, with room to spare.
+	DefaultMaxResponseBytes = 2 << 20
 	// MaxKeyLength is the longest Idempotency-Key accepted, in bytes.
 	MaxKeyLength = 255
 )
+
+// DefaultReplayedHeaders are the response headers stored with an answer
+// and replayed with it: those that describe the result. Hop-by-hop and
+// per-request headers (Connection, Date, Set-Cookie, X-Request-Id, trace
+// headers) are not.
+var DefaultReplayedHeaders = []string{
+	"Content-Type", "Content-Language", "Content-Location", "Location",
+	"ETag", "Last-Modified", "Link", "Cache-Control",
+}
 
 // Header names.
 const (
@@ -37,16 +59,20 @@ const (
 type Outcome int
 
 const (
-	OutcomeExecuted   Outcome = iota // the handler ran and its response was stored
-	OutcomeReplayed                  // a stored response was replayed
-	OutcomeKeyReused                 // 422: same key, other fingerprint
-	OutcomeInFlight                  // 409: same key still in flight
-	OutcomeKeyMissing                // 400: no (valid) key
-	OutcomeRolledBack                // the handler answered 5xx or a retryable 4xx: nothing stored
-	OutcomeFailed                    // the store failed: 500, nothing stored
+	OutcomeExecuted     Outcome = iota // the handler ran and its response was stored
+	OutcomeReplayed                    // a stored response was replayed
+	OutcomeKeyReused                   // 422: same key, other fingerprint
+	OutcomeInFlight                    // 409: same key still in flight
+	OutcomeKeyMissing                  // 400: no (valid) key
+	OutcomeRolledBack                  // the handler's answer is not stored (Config.Stored) or too large: nothing committed
+	OutcomeFailed                      // the store failed: 500, nothing stored
+	OutcomeUnauthorized                // 401: Config.Actor found no actor
+	OutcomeTooLarge                    // 413: the body is over Config.MaxBodyBytes
+	OutcomeBadRequest                  // 400: the body could not be read or is ambiguous JSON
 )
 
-var outcomeNames = [...]string{"executed", "replayed", "key_reused", "in_flight", "key_missing", "rolled_back", "failed"}
+var outcomeNames = [...]string{"executed", "replayed", "key_reused", "in_flight", "key_missing", "rolled_back", "failed",
+	"unauthorized", "too_large", "bad_request"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -62,31 +88,58 @@ type Config struct {
 	Store Store
 	// Actor returns the authenticated actor of a request; records are
 	// scoped by (actor, key). An error answers 401 "unauthorized".
+	// Required by Wrap (Do takes the actor as an argument).
 	Actor func(*http.Request) (string, error)
 	// Operation names the operation type of a request, stored with the
 	// record and passed to OnOutcome. Default: r.Pattern when the gate
 	// wraps a handler registered on a ServeMux, else "METHOD path".
 	Operation func(*http.Request) string
 	// Route is the route that goes into the fingerprint. Default:
-	// r.URL.Path (so the same body sent to another resource is another
-	// request).
+	// DefaultRoute, the URL path and the query string with its
+	// parameters sorted (so the same body sent to another resource, or
+	// with ?dryRun=true instead of false, is another request).
 	Route func(*http.Request) string
 	// ExcludedFields are top-level body fields left out of the
-	// fingerprint (attempt metadata). nil means DefaultExcludedFields; an
-	// empty non-nil slice excludes nothing.
+	// fingerprint: attempt metadata the client changes between sends of
+	// one operation (a sentAt, a trace id). Default: none; name only
+	// fields that never change what the request does.
 	ExcludedFields []string
+	// Stored decides whether a handler's answer is final for its key:
+	// stored for replay and committed with the handler's writes.
+	// Default: Storable (everything but 401, 403, 408, 425, 429 and
+	// 5xx). An answer not stored is rolled back, domain writes included,
+	// and a retry with the same key runs the handler again.
+	Stored func(status int) bool
 	// Retention is how long a record is kept (DefaultRetention).
 	Retention time.Duration
-	// InFlightWait is how long a request waits for another request with
-	// the same (actor, key) in this process before answering 409.
-	// Stores that wait across processes use their own setting
-	// (pgstore.Config.LockTimeout). Negative: do not wait.
+	// ProcessingLease bounds how long a processing record holds its key
+	// if it is ever committed without its answer: by a Store that
+	// commits reservations on their own, or by a handler that commits
+	// the gate's transaction against the rules. After it, the key counts
+	// as free and a retry runs again (DefaultProcessingLease). The
+	// stores in this module never commit a processing record themselves.
+	ProcessingLease time.Duration
+	// InFlightWait is how long a duplicate of a request still running in
+	// this process waits for it (and then replays its answer) before it
+	// answers 409. Zero, the default, answers 409 with Retry-After at
+	// once, as the IETF draft requires; a duplicate on another replica
+	// always does.
 	InFlightWait time.Duration
 	// RetryAfter is sent with 409 in-flight answers (DefaultRetryAfter).
 	RetryAfter time.Duration
 	// MaxBodyBytes limits the request body read for the fingerprint
 	// (DefaultMaxBodyBytes); a larger body answers 413.
 	MaxBodyBytes int64
+	// MaxResponseBytes limits the answer stored for replay
+	// (DefaultMaxResponseBytes). A handler whose answer is larger is
+	// rolled back, domain writes included, and the client gets 500
+	// response_too_large: an effect whose answer cannot be replayed is
+	// never committed.
+	MaxResponseBytes int64
+	// ReplayedHeaders are the response headers stored and replayed
+	// (DefaultReplayedHeaders). Every other header the handler sets
+	// reaches the first answer only.
+	ReplayedHeaders []string
 	// Now is the clock for record times and expiry (time.Now).
 	Now func() time.Time
 	// Logger gets debug lines for replays and warnings for failures. Keys
@@ -110,10 +163,12 @@ type Config struct {
 // reserves (actor, key), runs the handler with the transaction in its
 // context, stores the response and commits, and only then sends the
 // response. See the package documentation for the answers it gives.
+//
+// Do offers the same guarantee to code that is not an HTTP handler.
 type Gate struct {
 	cfg      Config
-	exclude  []string
-	inflight inflight
+	replayed map[string]bool // canonical header names kept for replay
+	inflight *inflight
 }
 
 // New returns a Gate for cfg.
@@ -121,20 +176,26 @@ func New(cfg Config) (*Gate, error) {
 	if cfg.Store == nil {
 		return nil, ErrNoStore
 	}
-	if cfg.Actor == nil {
-		return nil, ErrNoActor
-	}
 	if cfg.Retention <= 0 {
 		cfg.Retention = DefaultRetention
 	}
-	if cfg.InFlightWait == 0 {
-		cfg.InFlightWait = DefaultInFlightWait
+	if cfg.ProcessingLease <= 0 {
+		cfg.ProcessingLease = DefaultProcessingLease
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxResponseBytes <= 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if cfg.ReplayedHeaders == nil {
+		cfg.ReplayedHeaders = DefaultReplayedHeaders
+	}
+	if cfg.Stored == nil {
+		cfg.Stored = Storable
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -149,14 +210,26 @@ func New(cfg Config) (*Gate, error) {
 		cfg.Operation = defaultOperation
 	}
 	if cfg.Route == nil {
-		cfg.Route = func(r *http.Request) string { return r.URL.Path }
+		cfg.Route = DefaultRoute
 	}
-	g := &Gate{cfg: cfg, exclude: cfg.ExcludedFields}
-	if g.exclude == nil {
-		g.exclude = DefaultExcludedFields
+	g := &Gate{cfg: cfg, replayed: make(map[string]bool), inflight: inflightFor(cfg.Store)}
+	for _, h := range cfg.ReplayedHeaders {
+		g.replayed[http.CanonicalHeaderKey(h)] = true
 	}
-	g.inflight.m = make(map[string]chan struct{})
 	return g, nil
+}
+
+// inflights holds one in-flight table per Store, so that every Gate on a
+// store in this process (one per route, say) sees the others' requests.
+var inflights sync.Map // Store → *inflight
+
+func inflightFor(s Store) *inflight {
+	fresh := &inflight{m: make(map[string]chan struct{})}
+	if !reflect.TypeOf(s).Comparable() {
+		return fresh // cannot be a map key: this gate keeps its own
+	}
+	v, _ := inflights.LoadOrStore(s, fresh)
+	return v.(*inflight)
 }
 
 func defaultOperation(r *http.Request) string {
@@ -166,11 +239,32 @@ func defaultOperation(r *http.Request) string {
 	return r.Method + " " + r.URL.Path
 }
 
+// DefaultRoute is the default Config.Route: the URL path, and when there
+// is a query, "?" and the query re-encoded with its parameters sorted
+// by name (the order of values for one name is kept), so that
+// ?a=1&b=2 and ?b=2&a=1 are one request and ?dryRun=true and
+// ?dryRun=false are two.
+func DefaultRoute(r *http.Request) string {
+	if r.URL.RawQuery == "" {
+		return r.URL.Path
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		// Not a form query: the raw text, exactly as sent.
+		return r.URL.Path + "?" + r.URL.RawQuery
+	}
+	return r.URL.Path + "?" + q.Encode() // Encode sorts by name
+}
+
 // Retention returns the configured record retention.
 func (g *Gate) Retention() time.Duration { return g.cfg.Retention }
 
-// Wrap returns next behind the gate.
+// Wrap returns next behind the gate. It panics if Config.Actor is nil:
+// the gate cannot scope keys without knowing who sends them.
 func (g *Gate) Wrap(next http.Handler) http.Handler {
+	if g.cfg.Actor == nil {
+		panic(ErrNoActor)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.serve(w, r, next)
 	})
@@ -184,6 +278,17 @@ func Safe(method string) bool {
 	}
 	return false
 }
+
+// answer is a handler's response as the gate keeps it.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// errResponseTooLarge is what an execution returns when its answer is
+// over Config.MaxResponseBytes.
+var errResponseTooLarge = errors.New("idempotency: the answer is larger than the gate stores")
 
 func (g *Gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	if Safe(r.Method) {
@@ -211,39 +316,101 @@ func (g *Gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 	}
 	actor, err := g.cfg.Actor(r)
 	if err != nil || actor == "" {
+		outcome(OutcomeUnauthorized)
 		g.cfg.WriteError(w, r, http.StatusUnauthorized, CodeUnauthorized, "no authenticated actor")
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, g.cfg.MaxBodyBytes+1))
-	if err != nil {
-		g.cfg.WriteError(w, r, http.StatusBadRequest, CodeBadRequest, "reading the request body failed")
-		return
+	var body []byte
+	if r.Body != nil {
+		body, err = io.ReadAll(io.LimitReader(r.Body, g.cfg.MaxBodyBytes+1))
+		if err != nil {
+			outcome(OutcomeBadRequest)
+			g.cfg.WriteError(w, r, http.StatusBadRequest, CodeBadRequest, "reading the request body failed")
+			return
+		}
 	}
 	if int64(len(body)) > g.cfg.MaxBodyBytes {
+		outcome(OutcomeTooLarge)
 		g.cfg.WriteError(w, r, http.StatusRequestEntityTooLarge, CodeTooLarge,
 			fmt.Sprintf("the request body is larger than %d bytes", g.cfg.MaxBodyBytes))
 		return
 	}
-	fp := Fingerprint(r.Method, g.cfg.Route(r), body, g.exclude)
+	if msg := ambiguousJSON(body); msg != "" {
+		outcome(OutcomeBadRequest)
+		g.cfg.WriteError(w, r, http.StatusBadRequest, CodeBadRequest, msg)
+		return
+	}
+	fp := Fingerprint(r.Method, g.cfg.Route(r), body, g.cfg.ExcludedFields)
+
+	var rolledBack *answer // an answer sent but not stored
+	o, ans, err := g.execute(ctx, actor, key, op, fp, func(txCtx context.Context) (*answer, error) {
+		rr := newRecorder(g.cfg.MaxResponseBytes)
+		r2 := r.WithContext(txCtx)
+		r2.Body = io.NopCloser(bytes.NewReader(body))
+		r2.ContentLength = int64(len(body))
+		next.ServeHTTP(rr, r2)
+		if rr.overflow {
+			return nil, errResponseTooLarge
+		}
+		a := &answer{status: rr.status, header: rr.header, body: rr.body.Bytes()}
+		if !g.cfg.Stored(a.status) {
+			rolledBack = a
+			return nil, errNotStored
+		}
+		return a, nil
+	})
+	outcome(o)
+	switch {
+	case o == OutcomeInFlight:
+		g.writeInFlight(w, r)
+	case o == OutcomeKeyReused:
+		g.cfg.WriteError(w, r, http.StatusUnprocessableEntity, CodeKeyReused,
+			"this Idempotency-Key was already used with a different request")
+	case o == OutcomeReplayed:
+		writeAnswer(w, ans, true)
+	case o == OutcomeExecuted:
+		writeAnswer(w, ans, false)
+	case rolledBack != nil:
+		writeAnswer(w, rolledBack, false)
+	case errors.Is(err, errResponseTooLarge):
+		g.cfg.WriteError(w, r, http.StatusInternalServerError, CodeResponseTooLarge,
+			fmt.Sprintf("the answer is larger than the %d bytes the server stores for replay; nothing was done", g.cfg.MaxResponseBytes))
+	default:
+		g.cfg.WriteError(w, r, http.StatusInternalServerError, CodeInternal, "the idempotency store failed; nothing was done")
+	}
+}
+
+// errNotStored is what the HTTP execution returns for an answer
+// Config.Stored refuses: the transaction is rolled back.
+var errNotStored = errors.New("idempotency: answer not stored")
+
+// execute runs exec at most once in effect for (actor, key): it claims
+// the key, runs exec with the store transaction in its context, stores
+// the answer and commits, all in one transaction. It returns
+//
+//   - OutcomeExecuted and exec's answer, stored;
+//   - OutcomeReplayed and the stored answer of an earlier execution;
+//   - OutcomeKeyReused when the key was used with another fingerprint;
+//   - OutcomeInFlight when another execution holds the key;
+//   - OutcomeRolledBack and exec's error when exec failed: nothing
+//     committed;
+//   - OutcomeFailed and the store's error: nothing committed.
+func (g *Gate) execute(ctx context.Context, actor, key, op, fp string, exec func(ctx context.Context) (*answer, error)) (Outcome, *answer, error) {
 	log := &lazyLogger{base: g.cfg.Logger, op: op, key: key}
 
-	// Requests with the same (actor, key) in this process queue here, so
-	// a duplicate waits for the first instead of holding a store
-	// connection or the bbolt writer lock.
+	// Requests with the same (actor, key) in this process meet here, so
+	// a duplicate never holds a store connection or the bbolt writer
+	// lock while the first runs.
 	release, ok := g.inflight.acquire(ctx, actor+"\x00"+key, g.cfg.InFlightWait)
 	if !ok {
-		outcome(OutcomeInFlight)
-		g.writeInFlight(w, r)
-		return
+		return OutcomeInFlight, nil, nil
 	}
 	defer release()
 
 	tx, err := g.cfg.Store.Begin(ctx)
 	if err != nil {
 		log.WarnContext(ctx, "idempotency: begin failed", slog.Any("err", err))
-		outcome(OutcomeFailed)
-		g.cfg.WriteError(w, r, http.StatusInternalServerError, CodeInternal, "the idempotency store is unavailable")
-		return
+		return OutcomeFailed, nil, err
 	}
 	// Rollback after Commit does nothing; this also covers a panicking
 	// handler, which must not keep the transaction (and with bbolt, the
@@ -258,94 +425,136 @@ func (g *Gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 		Fingerprint: fp,
 		Status:      StatusProcessing,
 		CreatedAt:   now,
-		ExpiresAt:   now.Add(g.cfg.Retention),
+		// A processing record expires with its lease: were it ever
+		// committed without its answer, the key frees itself.
+		ExpiresAt: now.Add(g.cfg.ProcessingLease),
 	}
 	existing, err := tx.Reserve(ctx, rec, now)
 	switch {
 	case errors.Is(err, ErrInFlight):
-		outcome(OutcomeInFlight)
-		g.writeInFlight(w, r)
-		return
+		return OutcomeInFlight, nil, nil
 	case err != nil:
 		log.WarnContext(ctx, "idempotency: reserve failed", slog.Any("err", err))
-		outcome(OutcomeFailed)
-		g.cfg.WriteError(w, r, http.StatusInternalServerError, CodeInternal, "the idempotency store failed")
-		return
+		return OutcomeFailed, nil, err
 	case existing != nil:
 		_ = tx.Rollback(ctx)
 		switch {
 		case existing.Fingerprint != fp:
 			log.InfoContext(ctx, "idempotency: key reused with another request")
-			outcome(OutcomeKeyReused)
-			g.cfg.WriteError(w, r, http.StatusUnprocessableEntity, CodeKeyReused,
-				"this Idempotency-Key was already used with a different request")
+			return OutcomeKeyReused, nil, nil
 		case existing.Status != StatusCompleted:
-			outcome(OutcomeInFlight)
-			g.writeInFlight(w, r)
+			return OutcomeInFlight, nil, nil
 		default:
 			log.DebugContext(ctx, "idempotency: replay")
-			outcome(OutcomeReplayed)
-			writeStored(w, existing.ResponseStatus, existing.ResponseHeader, existing.ResponseBody, true)
+			return OutcomeReplayed, &answer{existing.ResponseStatus, existing.ResponseHeader, existing.ResponseBody}, nil
 		}
-		return
 	}
 
 	txCtx := ContextWithTx(ctx, tx)
 	if g.cfg.TestHookAfterReserve != nil {
 		g.cfg.TestHookAfterReserve(txCtx)
 	}
-
-	rr := newRecorder()
-	r2 := r.WithContext(txCtx)
-	r2.Body = io.NopCloser(bytes.NewReader(body))
-	r2.ContentLength = int64(len(body))
-	next.ServeHTTP(rr, r2)
-
-	if !Storable(rr.status) {
-		if err := tx.Rollback(ctx); err != nil {
-			log.WarnContext(ctx, "idempotency: rollback failed", slog.Any("err", err))
+	ans, err := exec(txCtx)
+	if err != nil {
+		if rbErr := tx.Rollback(ctx); rbErr != nil {
+			log.WarnContext(ctx, "idempotency: rollback failed", slog.Any("err", rbErr))
 		}
-		outcome(OutcomeRolledBack)
-		writeStored(w, rr.status, rr.header, rr.body.Bytes(), false)
-		return
+		if errors.Is(err, errResponseTooLarge) {
+			log.WarnContext(ctx, "idempotency: answer over the stored-response limit, rolled back",
+				slog.Int64("limit", g.cfg.MaxResponseBytes))
+		}
+		return OutcomeRolledBack, nil, err
 	}
 	rec.Status = StatusCompleted
-	rec.ResponseStatus = rr.status
-	rec.ResponseHeader = storedHeader(rr.header)
-	rec.ResponseBody = rr.body.Bytes()
+	rec.ResponseStatus = ans.status
+	rec.ResponseHeader = g.storedHeader(ans.header)
+	rec.ResponseBody = ans.body
 	rec.CompletedAt = g.cfg.Now()
+	rec.ExpiresAt = now.Add(g.cfg.Retention)
 	if err := tx.Complete(ctx, rec); err != nil {
-		log.WarnContext(ctx, "idempotency: complete failed", slog.Any("err", err))
-		outcome(OutcomeFailed)
-		g.cfg.WriteError(w, r, http.StatusInternalServerError, CodeInternal, "storing the response failed")
-		return
+		g.warnEnd(ctx, log, "complete", err)
+		return OutcomeFailed, nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		log.WarnContext(ctx, "idempotency: commit failed", slog.Any("err", err))
-		outcome(OutcomeFailed)
-		g.cfg.WriteError(w, r, http.StatusInternalServerError, CodeInternal, "committing the request failed")
-		return
+		g.warnEnd(ctx, log, "commit", err)
+		return OutcomeFailed, nil, err
 	}
-	outcome(OutcomeExecuted)
-	writeStored(w, rr.status, rr.header, rr.body.Bytes(), false)
+	return OutcomeExecuted, ans, nil
 }
 
-// Storable reports whether a handler's answer with this status is final
-// for its key and stored for replay. 5xx answers and the retryable 4xx
-// ones (408, 409, 425, 429) are not: the gate rolls the transaction back,
-// domain writes included, so a retry with the same key runs again.
+func (g *Gate) warnEnd(ctx context.Context, log *lazyLogger, step string, err error) {
+	if errors.Is(err, ErrTxEnded) {
+		log.ErrorContext(ctx, "idempotency: the handler committed or rolled back the gate's transaction; "+
+			"the key is held until its processing lease ends", slog.Duration("lease", g.cfg.ProcessingLease))
+		return
+	}
+	log.WarnContext(ctx, "idempotency: "+step+" failed", slog.Any("err", err))
+}
+
+// Storable is the default Config.Stored. It reports whether a handler's
+// answer with this status is final for its key and stored for replay:
+// every answer but those that say the request was not authorised or not
+// attempted (401, 403), or may be tried again as it is (408, 425, 429,
+// 5xx). A business refusal (400, 404, 409 "username_taken", 422) is
+// final: it is stored, and what the handler wrote before answering
+// commits with it.
 func Storable(status int) bool {
 	switch status {
-	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestTimeout,
+		http.StatusTooEarly, http.StatusTooManyRequests:
 		return false
 	}
 	return status < 500
+}
+
+// ambiguousJSON returns why body, if it is JSON at all, cannot be
+// fingerprinted faithfully: invalid UTF-8, lone surrogates and repeated
+// member names each let two different requests look the same (or one
+// request mean two things to two parsers). A body that is not JSON is
+// fingerprinted by its bytes and is not refused here.
+func ambiguousJSON(body []byte) string {
+	err := jsonstrict.Check(body, math.MaxInt)
+	var je *jsonstrict.Error
+	if !errors.As(err, &je) {
+		return ""
+	}
+	switch je.Kind {
+	case jsonstrict.InvalidUTF8, jsonstrict.LoneSurrogate, jsonstrict.DuplicateName:
+		return "the request body is ambiguous JSON: " + je.Error()
+	}
+	return ""
 }
 
 func (g *Gate) writeInFlight(w http.ResponseWriter, r *http.Request) {
 	secs := int((g.cfg.RetryAfter + time.Second - 1) / time.Second)
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	g.cfg.WriteError(w, r, http.StatusConflict, CodeInFlight, "a request with this Idempotency-Key is still being processed")
+}
+
+// storedHeader is the part of the handler's header kept for replays:
+// the headers named in Config.ReplayedHeaders.
+func (g *Gate) storedHeader(h http.Header) http.Header {
+	out := make(http.Header)
+	for k, v := range h {
+		if g.replayed[http.CanonicalHeaderKey(k)] {
+			out[http.CanonicalHeaderKey(k)] = slices.Clone(v)
+		}
+	}
+	return out
+}
+
+func writeAnswer(w http.ResponseWriter, a *answer, replayed bool) {
+	dst := w.Header()
+	for k, v := range a.header {
+		dst[k] = append([]string(nil), v...)
+	}
+	dst.Del(HeaderReplayed)
+	if replayed {
+		dst.Set(HeaderReplayed, "true")
+	}
+	dst.Set("Content-Length", strconv.Itoa(len(a.body)))
+	w.WriteHeader(a.status)
+	_, _ = w.Write(a.body)
 }
 
 // parseKey returns the key from the Idempotency-Key header values. The
@@ -368,28 +577,6 @@ func parseKey(vals []string) (string, bool) {
 		}
 	}
 	return k, true
-}
-
-// storedHeader is the part of the handler's header kept for replays.
-func storedHeader(h http.Header) http.Header {
-	out := h.Clone()
-	out.Del("Set-Cookie")
-	out.Del("Date")
-	out.Del(HeaderReplayed)
-	return out
-}
-
-func writeStored(w http.ResponseWriter, status int, h http.Header, body []byte, replayed bool) {
-	dst := w.Header()
-	for k, v := range h {
-		dst[k] = append([]string(nil), v...)
-	}
-	if replayed {
-		dst.Set(HeaderReplayed, "true")
-	}
-	dst.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
 }
 
 // WriteError writes {"error":{"code":code,"message":message}} with status.
@@ -434,4 +621,8 @@ func (l *lazyLogger) InfoContext(ctx context.Context, msg string, args ...any) {
 
 func (l *lazyLogger) WarnContext(ctx context.Context, msg string, args ...any) {
 	l.log(ctx, slog.LevelWarn, msg, args...)
+}
+
+func (l *lazyLogger) ErrorContext(ctx context.Context, msg string, args ...any) {
+	l.log(ctx, slog.LevelError, msg, args...)
 }

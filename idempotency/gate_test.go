@@ -34,9 +34,19 @@ func TestNewConfigErrors(t *testing.T) {
 	if _, err := idempotency.New(idempotency.Config{}); !errors.Is(err, idempotency.ErrNoStore) {
 		t.Errorf("no store: %v", err)
 	}
-	if _, err := idempotency.New(idempotency.Config{Store: newStore(t)}); !errors.Is(err, idempotency.ErrNoActor) {
-		t.Errorf("no actor: %v", err)
+	// Without Actor the gate serves Do; Wrap refuses it.
+	g, err := idempotency.New(idempotency.Config{Store: newStore(t)})
+	if err != nil {
+		t.Fatalf("no actor: %v", err)
 	}
+	func() {
+		defer func() {
+			if r := recover(); r != idempotency.ErrNoActor {
+				t.Errorf("Wrap without Actor: panic %v, want ErrNoActor", r)
+			}
+		}()
+		g.Wrap(http.NotFoundHandler())
+	}()
 	if _, err := idempotency.NewSweeper(idempotency.SweeperConfig{}); !errors.Is(err, idempotency.ErrNoStore) {
 		t.Errorf("sweeper without store: %v", err)
 	}
@@ -109,9 +119,20 @@ func TestGateEdges(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d containing %s", tt.name, resp.StatusCode, b, tt.status, tt.want)
 		}
 	}
+	// A request built in-process may have a nil Body.
+	req, _ := http.NewRequest(http.MethodPost, "/things/1", nil)
+	req.Header.Set("X-User", "alice")
+	req.Header.Set(idempotency.HeaderKey, "k5")
+	req.Body = nil
+	rr := httptest.NewRecorder()
+	mux.ServeHTTP(rr, req)
+	if rr.Code != 200 || rr.Body.String() != "POST tx=yes" {
+		t.Errorf("nil body: %d %s", rr.Code, rr.Body)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	want := []string{"/things/{id} executed", "/things/{id} executed", "/things/{id} key_missing"}
+	want := []string{"/things/{id} executed", "/things/{id} executed", "/things/{id} unauthorized",
+		"/things/{id} too_large", "/things/{id} key_missing", "/things/{id} executed"}
 	if strings.Join(outcomes, ",") != strings.Join(want, ",") {
 		t.Fatalf("outcomes %q, want %q", outcomes, want)
 	}

@@ -15,7 +15,7 @@ type inflight struct {
 	m  map[string]chan struct{}
 }
 
-// acquire claims id, waiting up to wait (not at all when wait < 0) for a
+// acquire claims id, waiting up to wait (not at all when wait <= 0) for a
 // holder to release it. It returns false when the wait ran out or ctx
 // ended first.
 func (f *inflight) acquire(ctx context.Context, id string, wait time.Duration) (release func(), ok bool) {
@@ -35,7 +35,7 @@ func (f *inflight) acquire(ctx context.Context, id string, wait time.Duration) (
 			}, true
 		}
 		f.mu.Unlock()
-		if wait < 0 {
+		if wait <= 0 {
 			return nil, false
 		}
 		if timeout == nil {

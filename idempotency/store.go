@@ -13,7 +13,10 @@ const (
 	// StatusProcessing marks a reserved key whose request has not finished.
 	// The stores in this module never commit a processing record (the
 	// reservation, the domain write and the completion share one
-	// transaction), but a Store may, if it guards it with a lease.
+	// transaction). Its ExpiresAt is the end of its lease
+	// (Config.ProcessingLease), so one committed anyway (by a Store that
+	// commits reservations early, or a handler that breaks the rules)
+	// frees its key when the lease ends.
 	StatusProcessing Status = "processing"
 	// StatusCompleted marks a key whose response is stored for replay.
 	StatusCompleted Status = "completed"
@@ -34,7 +37,9 @@ type Record struct {
 
 	CreatedAt   time.Time
 	CompletedAt time.Time // zero while processing
-	ExpiresAt   time.Time
+	// ExpiresAt is the end of the processing lease while processing, and
+	// of the retention once completed. At it, the record counts as absent.
+	ExpiresAt time.Time
 }
 
 // Expired reports whether the record is past its expiry at now.
@@ -65,10 +70,13 @@ type Tx interface {
 	// time, Reserve returns ErrInFlight.
 	Reserve(ctx context.Context, rec *Record, now time.Time) (existing *Record, err error)
 	// Complete stores the response for a claim made by Reserve in this
-	// transaction; rec carries the response fields and CompletedAt.
+	// transaction; rec carries the response fields, CompletedAt and the
+	// new ExpiresAt (the end of the retention). It returns ErrTxEnded if
+	// the transaction was ended behind the store's back.
 	Complete(ctx context.Context, rec *Record) error
 	// Commit commits the reservation, the handler's domain writes and
-	// the completion together.
+	// the completion together. It returns ErrTxEnded, and commits
+	// nothing, if the transaction was ended behind the store's back.
 	Commit(ctx context.Context) error
 	// Rollback discards everything the transaction wrote. It is safe to
 	// call after Commit (it then does nothing).

@@ -155,24 +155,33 @@ type Tx struct {
 	done     bool
 }
 
-// Bolt returns the underlying write transaction, for the handler's
-// domain writes. Do not commit or roll it back yourself.
-func (t *Tx) Bolt() *bolt.Tx { return t.tx }
-
 // TxFromContext returns the bbolt write transaction of the gated request
 // whose context ctx is; ok is false outside one or for another store.
+// The handler writes through it and must not commit or roll it back (nor
+// call OnCommit): the gate commits it with the stored answer. bbolt
+// gives no way to hand out a write transaction without its Commit; if a
+// handler commits it anyway, the gate answers 500 instead of storing,
+// and the key stays held, processing, until the gate's processing lease
+// ends.
 func TxFromContext(ctx context.Context) (tx *bolt.Tx, ok bool) {
 	t, ok := idempotency.TxFromContext(ctx).(*Tx)
-	if !ok || t.done {
+	if !ok || t.done || t.ended() {
 		return nil, false
 	}
 	return t.tx, true
 }
 
+// ended reports whether the bbolt transaction was closed behind the
+// gate's back (bbolt clears a closed transaction's DB).
+func (t *Tx) ended() bool { return t.tx.DB() == nil }
+
 // Reserve implements idempotency.Tx.
 func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time) (*idempotency.Record, error) {
 	if t.done {
 		return nil, idempotency.ErrTxDone
+	}
+	if t.ended() {
+		return nil, idempotency.ErrTxEnded
 	}
 	recs, exp := t.tx.Bucket(bucketRecords), t.tx.Bucket(bucketExpiry)
 	rk := recordKey(rec.Actor, rec.Key)
@@ -198,22 +207,48 @@ func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time
 	return nil, nil
 }
 
-// Complete implements idempotency.Tx.
+// Complete implements idempotency.Tx. It moves the record's entry in
+// the expiry index from the end of its lease to the end of its
+// retention.
 func (t *Tx) Complete(ctx context.Context, rec *idempotency.Record) error {
 	if t.done {
 		return idempotency.ErrTxDone
+	}
+	if t.ended() {
+		return idempotency.ErrTxEnded
 	}
 	rk := recordKey(rec.Actor, rec.Key)
 	if !bytes.Equal(rk, t.reserved) {
 		return idempotency.ErrNotReserved
 	}
-	return put(t.tx.Bucket(bucketRecords), rk, rec)
+	recs, exp := t.tx.Bucket(bucketRecords), t.tx.Bucket(bucketExpiry)
+	v := recs.Get(rk)
+	if v == nil {
+		return idempotency.ErrNotReserved
+	}
+	old, err := decode(v)
+	if err != nil {
+		return err
+	}
+	if !old.ExpiresAt.Equal(rec.ExpiresAt) {
+		if err := exp.Delete(expiryKey(old.ExpiresAt, rk)); err != nil {
+			return fmt.Errorf("boltstore: complete: %w", err)
+		}
+		if err := exp.Put(expiryKey(rec.ExpiresAt, rk), nil); err != nil {
+			return fmt.Errorf("boltstore: complete: %w", err)
+		}
+	}
+	return put(recs, rk, rec)
 }
 
 // Commit implements idempotency.Tx.
 func (t *Tx) Commit(ctx context.Context) error {
 	if t.done {
 		return idempotency.ErrTxDone
+	}
+	if t.ended() {
+		t.done = true
+		return idempotency.ErrTxEnded
 	}
 	t.done = true
 	if err := t.tx.Commit(); err != nil {
@@ -224,7 +259,8 @@ func (t *Tx) Commit(ctx context.Context) error {
 
 // Rollback implements idempotency.Tx.
 func (t *Tx) Rollback(ctx context.Context) error {
-	if t.done {
+	if t.done || t.ended() {
+		t.done = true
 		return nil
 	}
 	t.done = true

@@ -51,6 +51,13 @@ func TestConformance(t *testing.T) {
 		}
 		return idempotencytest.Harness{
 			Store: s,
+			EndTx: func(ctx context.Context) error {
+				tx, ok := boltstore.TxFromContext(ctx)
+				if !ok {
+					return errors.New("no bolt tx in context")
+				}
+				return tx.Commit()
+			},
 			Effect: func(ctx context.Context, tag string) error {
 				tx, ok := boltstore.TxFromContext(ctx)
 				if !ok {

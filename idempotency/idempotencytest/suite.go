@@ -41,6 +41,15 @@ type Harness struct {
 	Effects func(ctx context.Context, tag string) (int, error)
 	// Record returns the committed record for (actor, key), or nil.
 	Record func(ctx context.Context, actor, key string) (*idempotency.Record, error)
+	// EndTx commits the gated request's transaction behind the gate's
+	// back, as a handler that breaks the rules would (with the store's
+	// own transaction type).
+	EndTx func(ctx context.Context) error
+	// Replica, if set, returns another Store on the same data, as
+	// another server process would have it (its own connections, no
+	// state shared in memory). Stores that only one process can open
+	// (bbolt) leave it nil: their replicas are gates on the same Store.
+	Replica func(t *testing.T) idempotency.Store
 }
 
 // Run runs the suite. newHarness is called once per subtest and must
@@ -65,6 +74,17 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"AnyOrderAcrossTime", testAnyOrder},
 		{"ExpiryAndSweep", testExpiry},
 		{"TxContract", testTxContract},
+		{"NotAuthorisedOrNotAttemptedIsReleased", testReleasedStatuses},
+		{"BusinessRefusalIsStoredWithItsWrites", testBusinessRefusalStored},
+		{"QueryIsPartOfTheRequest", testQueryInFingerprint},
+		{"AmbiguousJSONIsRefused", testAmbiguousJSON},
+		{"OnlyConfiguredFieldsAreExcluded", testOnlyConfiguredExcluded},
+		{"InFlightAnswersAtOnceOnAnotherReplica", testInFlightAtOnce},
+		{"ProcessingLeaseFreesAKeyCommittedWithoutAnswer", testProcessingLease},
+		{"AnswerOverTheCapIsNotStored", testResponseCap},
+		{"OnlyResultHeadersAreReplayed", testReplayedHeaders},
+		{"DoRunsOnce", testDo},
+		{"SweepWalksManyBatches", testSweepBatches},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,6 +103,9 @@ type env struct {
 	// hook, when set, runs in the handler after the effect and may
 	// replace the answer: a status > 0 is written instead of 201.
 	hook atomic.Pointer[func(r *http.Request) int]
+	// respond, when set, runs after the effect and the hook and may
+	// write the whole answer itself (it returns true if it did).
+	respond atomic.Pointer[func(w http.ResponseWriter, r *http.Request) bool]
 	cfg  idempotency.Config
 	seq  atomic.Int64
 }
@@ -97,10 +120,11 @@ func setup(t *testing.T, h Harness) *env {
 	t.Helper()
 	e := &env{h: h, clock: NewClock(time.Date(2026, 1, 13, 0, 10, 0, 0, time.UTC))}
 	e.cfg = idempotency.Config{
-		Store:        h.Store,
-		Actor:        func(r *http.Request) (string, error) { return r.Header.Get("X-Actor"), nil },
-		Now:          e.clock.Now,
-		InFlightWait: time.Minute, // duplicates wait for the first and replay
+		Store:          h.Store,
+		Actor:          func(r *http.Request) (string, error) { return r.Header.Get("X-Actor"), nil },
+		Now:            e.clock.Now,
+		InFlightWait:   time.Minute, // duplicates in this process wait for the first and replay
+		ExcludedFields: []string{"sentAt", "traceId"},
 	}
 	srv := httptest.NewServer(e.gate(t, e.cfg))
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
@@ -144,6 +168,9 @@ func (e *env) handle(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if rp := e.respond.Load(); rp != nil && (*rp)(w, r) {
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Location", "/things/"+in.Tag)
 	w.WriteHeader(http.StatusCreated)
@@ -151,6 +178,8 @@ func (e *env) handle(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *env) setHook(fn func(r *http.Request) int) { e.hook.Store(&fn) }
+
+func (e *env) setRespond(fn func(w http.ResponseWriter, r *http.Request) bool) { e.respond.Store(&fn) }
 
 type response struct {
 	status   int

@@ -27,7 +27,10 @@ var _ pgx.Tx = (*handlerTx)(nil)
 func (t *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) { return beginSavepoint(ctx, t, 1) }
 func (t *handlerTx) Commit(context.Context) error              { return ErrTxOwnedByGate }
 func (t *handlerTx) Rollback(context.Context) error            { return ErrTxOwnedByGate }
-func (t *handlerTx) Conn() *pgx.Conn                           { return t.conn }
+
+// Conn returns nil: with the connection a handler could end the gate's
+// transaction. Use the transaction's own methods.
+func (t *handlerTx) Conn() *pgx.Conn { return nil }
 
 // LargeObjects is not supported in a gated request; the returned value
 // must not be used.

@@ -3,15 +3,16 @@
 // caller opens and owns; the handler gets the request's pgx.Tx with
 // TxFromContext and does its domain writes in it.
 //
-// One transaction per gated request holds the reservation
-// (INSERT ... ON CONFLICT (actor_id, operation_id) DO NOTHING), the
-// handler's domain write and the completion (UPDATE to completed with the
-// response). Until it commits, the processing row is invisible to other
-// transactions, and a duplicate's INSERT blocks on the primary key: when
-// the first commits, the duplicate replays its answer; when it rolls back
-// (handler error, crash, lost connection), the duplicate takes the key
-// and runs. A duplicate that waits longer than Config.LockTimeout gets
-// idempotency.ErrInFlight (409 with Retry-After).
+// One transaction per gated request holds the reservation (a
+// transaction-scoped advisory lock on the key, taken without waiting,
+// and INSERT ... ON CONFLICT (actor_id, operation_id) DO NOTHING), the
+// handler's domain write and the completion (UPDATE to completed with
+// the response). Until it commits, the processing row is invisible to
+// other transactions, and a duplicate on any replica finds the advisory
+// lock taken and gets idempotency.ErrInFlight (409 with Retry-After) at
+// once, holding its pooled connection for that one round trip. When the
+// first commits, a retry replays its answer; when it rolls back (handler
+// error, crash, lost connection), a retry takes the key and runs.
 //
 // The gate costs no extra round trip: BEGIN is pipelined with the
 // reservation, and the completion with the COMMIT, so a gated request
@@ -41,21 +42,20 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/syncd/syncd/idempotency"
+	"github.com/syncd/syncd/idempotency/internal/pgsql"
 )
 
 // Defaults for the zero values of Config.
 const (
-	// DefaultLockTimeout is how long a duplicate waits for the request
-	// holding its key before it answers 409 (and how long any statement
-	// of a gated transaction waits for a row lock).
+	// DefaultLockTimeout is how long a statement of a gated transaction
+	// waits for a row lock held by another transaction. (A duplicate of a
+	// request in flight does not wait: it answers 409 at once.)
 	DefaultLockTimeout = 2 * time.Second
 	// DefaultLease is how long a gated transaction may sit idle (the
 	// server doing non-database work, or hung) before PostgreSQL ends
 	// its session and rolls it back.
 	DefaultLease = time.Minute
 )
-
-const sweepBatch = 1000
 
 // Errors.
 var (
@@ -116,10 +116,6 @@ func (s *Store) Begin(ctx context.Context) (idempotency.Tx, error) {
 	return &Tx{store: s, pc: pc, conn: pc.Conn()}, nil
 }
 
-const selectRecord = `SELECT operation_type, request_fingerprint, status, response_status,
-	response_headers, response_body, created_at, completed_at, expires_at
-FROM idempotency_records WHERE actor_id = $1 AND operation_id = $2`
-
 // Get returns the committed record for (actor, key), or nil. For tests
 // and tools.
 func (s *Store) Get(ctx context.Context, actor, key string) (*idempotency.Record, error) {
@@ -138,7 +134,7 @@ func getRecord(ctx context.Context, q querier, actor, key string) (*idempotency.
 		respHeaders []byte
 		completedAt *time.Time
 	)
-	err := q.QueryRow(ctx, selectRecord, actor, key).Scan(&rec.Operation, &rec.Fingerprint, &status,
+	err := q.QueryRow(ctx, pgsql.SelectRecord, actor, key).Scan(&rec.Operation, &rec.Fingerprint, &status,
 		&respStatus, &respHeaders, &rec.ResponseBody, &rec.CreatedAt, &completedAt, &rec.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -161,22 +157,29 @@ func getRecord(ctx context.Context, q querier, actor, key string) (*idempotency.
 	return rec, nil
 }
 
-// Sweep deletes records that expired at or before now, sweepBatch rows
-// per statement; rows locked by a running request are skipped.
+// Sweep deletes records that expired at or before now, pgsql.SweepBatch
+// rows per statement; rows locked by a running request are skipped. It walks
+// the expires_at index from the last expiry it deleted (a keyset), so
+// each statement starts where the previous one ended instead of walking
+// again over the index entries of rows it already deleted, which stay
+// until vacuum can remove them (long, behind any open transaction).
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	total := 0
+	from := time.Time{} // before every expiry
 	for {
-		tag, err := s.pool.Exec(ctx, `DELETE FROM idempotency_records WHERE (actor_id, operation_id) IN (
-			SELECT actor_id, operation_id FROM idempotency_records
-			WHERE expires_at <= $1 LIMIT `+strconv.Itoa(sweepBatch)+` FOR UPDATE SKIP LOCKED)`, now)
+		var (
+			n    int
+			last *time.Time
+		)
+		err := s.pool.QueryRow(ctx, pgsql.Sweep, now, from, pgsql.SweepBatch).Scan(&n, &last)
 		if err != nil {
 			return total, fmt.Errorf("pgstore: sweep: %w", err)
 		}
-		n := int(tag.RowsAffected())
 		total += n
-		if n < sweepBatch {
+		if n < pgsql.SweepBatch || last == nil {
 			return total, nil
 		}
+		from = *last
 	}
 }
 
@@ -202,7 +205,10 @@ type Tx struct {
 // context ctx is; ok is false outside one or for another store. Do not
 // commit or roll it back (its Commit and Rollback return
 // ErrTxOwnedByGate): the gate does, together with the stored response.
-// Its Begin makes savepoints; LargeObjects is not supported.
+// Its Begin makes savepoints; Conn returns nil, since the connection
+// could end the transaction; LargeObjects is not supported. A handler
+// that ends the transaction anyway (Exec("COMMIT")) gets a 500 from the
+// gate instead of a stored answer.
 func TxFromContext(ctx context.Context) (tx pgx.Tx, ok bool) {
 	t, ok := idempotency.TxFromContext(ctx).(*Tx)
 	if !ok || t.done {
@@ -219,16 +225,11 @@ func TxFromContext(ctx context.Context) (tx pgx.Tx, ok bool) {
 	return &handlerTx{conn: t.conn}, true
 }
 
-const reserveSQL = `INSERT INTO idempotency_records
-	(actor_id, operation_id, operation_type, request_fingerprint, status, created_at, expires_at)
-	VALUES ($1, $2, $3, $4, 'processing', $5, $6)
-	ON CONFLICT (actor_id, operation_id) DO NOTHING`
-
-// Reserve implements idempotency.Tx: INSERT ... ON CONFLICT
-// (actor_id, operation_id) DO NOTHING, pipelined with BEGIN. On a
-// conflict it reads the committed row (READ COMMITTED: a new statement
-// sees what the conflicting transaction committed); an expired row is
-// deleted and the insert tried again, in the same transaction.
+// Reserve implements idempotency.Tx, pipelined with BEGIN. When another
+// transaction holds the key it returns idempotency.ErrInFlight at once.
+// On a conflict with a committed record it reads it (READ COMMITTED: a
+// new statement sees what the other transaction committed); an expired
+// record is deleted and the insert tried again, in the same transaction.
 func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time) (*idempotency.Record, error) {
 	if t.done {
 		return nil, idempotency.ErrTxDone
@@ -237,31 +238,33 @@ func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time
 		return nil, fmt.Errorf("pgstore: reserve: this transaction already holds a reservation")
 	}
 	args := []any{rec.Actor, rec.Key, rec.Operation, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt}
-	var tag pgconn.CommandTag
+	var (
+		got      bool
+		inserted int
+	)
 	if !t.begun {
 		b := &pgx.Batch{}
 		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 		b.Queue("SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)",
 			t.store.lockTimeout, t.store.lease)
-		b.Queue(reserveSQL, args...)
+		b.Queue(pgsql.Reserve, args...)
 		br := t.conn.SendBatch(ctx, b)
 		_, err1 := br.Exec()
 		_, err2 := br.Exec()
-		var err3 error
-		tag, err3 = br.Exec()
+		err3 := br.QueryRow().Scan(&got, &inserted)
 		errClose := br.Close()
 		t.begun = t.conn.PgConn().TxStatus() != 'I'
 		if err := errors.Join(err1, err2, err3, errClose); err != nil {
 			return nil, classify("reserve", err)
 		}
-	} else {
-		var err error
-		if tag, err = t.conn.Exec(ctx, reserveSQL, args...); err != nil {
-			return nil, classify("reserve", err)
-		}
+	} else if err := t.conn.QueryRow(ctx, pgsql.Reserve, args...).Scan(&got, &inserted); err != nil {
+		return nil, classify("reserve", err)
 	}
 	for range 3 {
-		if tag.RowsAffected() == 1 {
+		if !got {
+			return nil, idempotency.ErrInFlight
+		}
+		if inserted == 1 {
 			t.actor, t.key, t.reserved = rec.Actor, rec.Key, true
 			return nil, nil
 		}
@@ -273,12 +276,11 @@ func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time
 			return old, nil
 		}
 		if old != nil { // expired: delete it, then insert
-			if _, err := t.conn.Exec(ctx, `DELETE FROM idempotency_records
-				WHERE actor_id = $1 AND operation_id = $2 AND expires_at <= $3`, rec.Actor, rec.Key, now); err != nil {
+			if _, err := t.conn.Exec(ctx, pgsql.DeleteExpired, rec.Actor, rec.Key, now); err != nil {
 				return nil, classify("reserve", err)
 			}
 		}
-		if tag, err = t.conn.Exec(ctx, reserveSQL, args...); err != nil {
+		if err := t.conn.QueryRow(ctx, pgsql.Reserve, args...).Scan(&got, &inserted); err != nil {
 			return nil, classify("reserve", err)
 		}
 	}
@@ -313,6 +315,11 @@ func (t *Tx) Commit(ctx context.Context) error {
 	if !t.begun {
 		return nil // nothing began, nothing to commit
 	}
+	if t.conn.PgConn().TxStatus() == 'I' {
+		// The handler sent COMMIT or ROLLBACK itself: the completion
+		// would run outside the transaction.
+		return idempotency.ErrTxEnded
+	}
 	b := &pgx.Batch{}
 	if rec := t.complete; rec != nil {
 		hdr, err := json.Marshal(http.Header(rec.ResponseHeader))
@@ -323,13 +330,10 @@ func (t *Tx) Commit(ctx context.Context) error {
 		if body == nil {
 			body = []byte{}
 		}
-		// 1/count(*) fails the pipeline, and so skips the COMMIT, unless
-		// exactly the reserved row was completed.
-		b.Queue(`WITH u AS (UPDATE idempotency_records
-			SET status = 'completed', response_status = $3, response_headers = $4, response_body = $5, completed_at = $6
-			WHERE actor_id = $1 AND operation_id = $2 AND status = 'processing' RETURNING 1)
-			SELECT 1/count(*) FROM u`,
-			rec.Actor, rec.Key, rec.ResponseStatus, hdr, body, rec.CompletedAt)
+		// Fails the pipeline, and so skips the COMMIT, unless exactly the
+		// reserved row was completed.
+		b.Queue(pgsql.Complete,
+			rec.Actor, rec.Key, rec.ResponseStatus, hdr, body, rec.CompletedAt, rec.ExpiresAt)
 	}
 	b.Queue("COMMIT")
 	br := t.conn.SendBatch(ctx, b)

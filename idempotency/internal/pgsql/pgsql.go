@@ -1,0 +1,93 @@
+// Package pgsql holds the SQL the PostgreSQL idempotency stores share
+// (pgstore on pgx, sqlstore on database/sql): one schema, one set of
+// statements, so both stores read and write the same records and a
+// backend may use either, or both, on one database.
+package pgsql
+
+// MigrationLock is the advisory lock key held while migrating, so
+// replicas that start together do not race on CREATE TABLE.
+const MigrationLock = 0x73796e6364_01 // "syncd" 01
+
+// CreateSchemaTable creates the table that holds the applied migration.
+const CreateSchemaTable = `CREATE TABLE IF NOT EXISTS idempotency_schema (version INTEGER NOT NULL)`
+
+// Migrations are applied in order; the index+1 of the last applied one
+// is stored in idempotency_schema. Append, never edit.
+//
+// Every request inserts a row and updates it in the same transaction:
+// fillfactor 90 leaves room on the page for that update to be HOT (no
+// index writes). The response headers are stored as JSON text in BYTEA,
+// which needs no parsing on write. (A BRIN index on expires_at would be
+// cheaper to write, but loses its order once vacuum lets new rows reuse
+// the space of swept ones.)
+var Migrations = []string{
+	`CREATE TABLE IF NOT EXISTS idempotency_records (
+		actor_id            TEXT        NOT NULL,
+		operation_id        TEXT        NOT NULL,
+		operation_type      TEXT        NOT NULL,
+		request_fingerprint CHAR(64)    NOT NULL,
+		status              TEXT        NOT NULL,
+		response_status     INTEGER,
+		response_headers    BYTEA,
+		response_body       BYTEA,
+		created_at          TIMESTAMPTZ NOT NULL,
+		completed_at        TIMESTAMPTZ,
+		expires_at          TIMESTAMPTZ NOT NULL,
+		PRIMARY KEY (actor_id, operation_id)
+	) WITH (fillfactor = 90);
+	CREATE INDEX IF NOT EXISTS idempotency_records_expires_at ON idempotency_records (expires_at)`,
+}
+
+// Reserve claims (actor, key): it takes a transaction-scoped advisory
+// lock on the pair without waiting, and inserts the processing record
+// only if it got the lock. Every reservation takes that lock first, so a
+// transaction that holds the key uncommitted always holds the lock too:
+// a duplicate finds the lock taken and answers at once, instead of
+// waiting on the primary key (and holding a pooled connection) until
+// the first ends. It returns whether it got the lock and how many rows
+// it inserted (0 on a conflict with a committed record). Advisory locks
+// are per database, so the lock's key hashes the schema too: stores in
+// two schemas of one database do not hold each other's keys.
+const Reserve = `WITH l AS (
+		SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':' || length($1)::text || ':' || $1 || $2, 0)) AS got),
+	ins AS (INSERT INTO idempotency_records
+		(actor_id, operation_id, operation_type, request_fingerprint, status, created_at, expires_at)
+		SELECT $1, $2, $3, $4, 'processing', $5, $6 FROM l WHERE l.got
+		ON CONFLICT (actor_id, operation_id) DO NOTHING RETURNING 1)
+	SELECT (SELECT got FROM l), (SELECT count(*) FROM ins)`
+
+// SelectRecord reads the committed record of ($1 actor, $2 key).
+const SelectRecord = `SELECT operation_type, request_fingerprint, status, response_status,
+	response_headers, response_body, created_at, completed_at, expires_at
+FROM idempotency_records WHERE actor_id = $1 AND operation_id = $2`
+
+// DeleteExpired deletes the record of ($1 actor, $2 key) if it expired at
+// or before $3.
+const DeleteExpired = `DELETE FROM idempotency_records
+	WHERE actor_id = $1 AND operation_id = $2 AND expires_at <= $3`
+
+// Complete completes the processing record of ($1 actor, $2 key) with
+// the answer; 1/count(*) fails the statement, and so the transaction,
+// unless exactly that row was completed.
+const Complete = `WITH u AS (UPDATE idempotency_records
+	SET status = 'completed', response_status = $3, response_headers = $4, response_body = $5,
+		completed_at = $6, expires_at = $7
+	WHERE actor_id = $1 AND operation_id = $2 AND status = 'processing' RETURNING 1)
+	SELECT 1/count(*) FROM u`
+
+// SweepBatch is how many records one Sweep statement deletes.
+const SweepBatch = 1000
+
+// Sweep deletes up to $3 (SweepBatch) records that expired at or before $1,
+// from expiry $2 on, in expiry order, skipping rows a running request
+// holds, and returns how many it deleted and the last expiry it deleted.
+// Walking from the last expiry deleted (a keyset) starts each statement
+// where the previous one ended, instead of walking again over the index
+// entries of rows already deleted, which stay until vacuum can remove
+// them (long, behind any open transaction).
+const Sweep = `WITH d AS (DELETE FROM idempotency_records WHERE (actor_id, operation_id) IN (
+		SELECT actor_id, operation_id FROM idempotency_records
+		WHERE expires_at <= $1 AND expires_at >= $2
+		ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+		RETURNING expires_at)
+	SELECT count(*), max(expires_at) FROM d`

@@ -1,0 +1,111 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver the tests use
+	"github.com/syncd/syncd/idempotency"
+	"github.com/syncd/syncd/idempotency/idempotencytest"
+	"github.com/syncd/syncd/idempotency/sqlstore"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func open(t *testing.T, dsn string, cfg sqlstore.Config) (*sql.DB, *sqlstore.Store) {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	cfg.DB = db
+	s, err := sqlstore.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS test_effects (id BIGSERIAL PRIMARY KEY, tag TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return db, s
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Harness {
+		dsn := idempotencytest.PostgresDSN(t)
+		db, s := open(t, dsn, sqlstore.Config{})
+		return idempotencytest.Harness{
+			Store: s,
+			Effect: func(ctx context.Context, tag string) error {
+				tx, ok := sqlstore.TxFromContext(ctx)
+				if !ok {
+					return errors.New("no sql tx in context")
+				}
+				_, err := tx.ExecContext(ctx, `INSERT INTO test_effects (tag) VALUES ($1)`, tag)
+				return err
+			},
+			Effects: func(ctx context.Context, tag string) (int, error) {
+				var n int
+				err := db.QueryRowContext(ctx, `SELECT count(*) FROM test_effects WHERE tag = $1`, tag).Scan(&n)
+				return n, err
+			},
+			Record: s.Get,
+			EndTx: func(ctx context.Context) error {
+				tx, ok := sqlstore.TxFromContext(ctx)
+				if !ok {
+					return errors.New("no sql tx in context")
+				}
+				_, err := tx.ExecContext(ctx, "COMMIT")
+				return err
+			},
+			Replica: func(t *testing.T) idempotency.Store {
+				// A long lock timeout: a duplicate that waited on the
+				// key instead of answering at once would stall the test.
+				_, s := open(t, dsn, sqlstore.Config{LockTimeout: time.Minute})
+				return s
+			},
+		}
+	})
+}
+
+func TestNewWithoutDB(t *testing.T) {
+	t.Parallel()
+	if _, err := sqlstore.New(context.Background(), sqlstore.Config{}); !errors.Is(err, sqlstore.ErrNoDB) {
+		t.Fatalf("New without a DB: %v", err)
+	}
+	if _, ok := sqlstore.TxFromContext(context.Background()); ok {
+		t.Fatal("TxFromContext outside a gated request reported a tx")
+	}
+}
+
+// TestHandlerGetsNoCommit: what the handler gets cannot be turned back
+// into the *sql.Tx.
+func TestHandlerGetsNoCommit(t *testing.T) {
+	t.Parallel()
+	_, s := open(t, idempotencytest.PostgresDSN(t), sqlstore.Config{})
+	g, err := idempotency.New(idempotency.Config{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = g.Do(context.Background(), "alice", "k", "f", func(ctx context.Context) ([]byte, error) {
+		tx, ok := sqlstore.TxFromContext(ctx)
+		if !ok {
+			return nil, errors.New("no tx")
+		}
+		if _, isTx := tx.(*sql.Tx); isTx {
+			return nil, errors.New("the handler got the *sql.Tx itself")
+		}
+		if _, canCommit := tx.(interface{ Commit() error }); canCommit {
+			return nil, errors.New("the handler can commit")
+		}
+		return []byte("ok"), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

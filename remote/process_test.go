@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,6 +73,7 @@ type proc struct {
 	cmd      *exec.Cmd
 	url      string
 	paused   chan struct{} // closed when the failpoint line appears on stderr
+	pauses   chan struct{} // one value per failpoint line (buffered)
 	readDone chan struct{}
 	stderr   strings.Builder
 	mu       sync.Mutex
@@ -95,7 +97,7 @@ func startServer(t *testing.T, env []string, args ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, paused: make(chan struct{}), readDone: make(chan struct{})}
+	p := &proc{cmd: cmd, paused: make(chan struct{}), pauses: make(chan struct{}, 1000), readDone: make(chan struct{})}
 	go func() { // owned: ends when the process's stderr closes; cleanup waits
 		defer close(p.readDone)
 		sc := bufio.NewScanner(stderr)
@@ -107,6 +109,10 @@ func startServer(t *testing.T, env []string, args ...string) *proc {
 			p.mu.Unlock()
 			if strings.HasPrefix(line, "failpoint remote-after-reserve") {
 				once.Do(func() { close(p.paused) })
+				select {
+				case p.pauses <- struct{}{}:
+				default:
+				}
 			}
 		}
 	}()
@@ -288,6 +294,169 @@ func TestServerKilledAfterReserve(t *testing.T) {
 			next.stop(t)
 		})
 	}
+}
+
+// TestThreeReplicas: three `syncd server` processes on one PostgreSQL
+// database. One key sent concurrently through all three executes once
+// and every answer ends as the same 201. A hung replica's keys (held by
+// requests paused after their reservation) answer 409 with Retry-After
+// at once on the others, and do not slow new keys there (the test prints
+// new-key latency with and without held keys); SIGKILLing the hung
+// replica frees its keys, and each then executes once.
+func TestThreeReplicas(t *testing.T) {
+	t.Parallel()
+	dsn := idempotencytest.PostgresDSN(t)
+	// a, where new keys are timed, has a pool of 4 connections.
+	a := startServer(t, nil, "--postgres", dsn+"&pool_max_conns=4")
+	b, c := startServer(t, nil, "--postgres", dsn), startServer(t, nil, "--postgres", dsn)
+	replicas := []*proc{a, b, c}
+	h := remoteClient(t)
+	counter, err := New(Config{PostgresDSN: dsn, DevTokens: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer counter.Close()
+	count := func(clientID string) int {
+		t.Helper()
+		n, err := counter.Count(context.Background(), "alice", "entries", clientID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	body := func(clientID string) string {
+		return `{"clientId":"` + clientID + `","data":{"value":7},"payloadVersion":1}`
+	}
+
+	// One key, 15 sends at once, 5 through each replica; a 409 is
+	// retried as the daemon would, until it gets the stored answer.
+	for round := range 5 {
+		key, clientID := newKey(), newKey()
+		results := make([]result, 15)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range results {
+			wg.Go(func() {
+				<-start
+				p := replicas[i%3]
+				for {
+					r, err := h.doURL(p.url, "POST", "/v1/entries", "alice", key, body(clientID))
+					if err != nil {
+						t.Errorf("send %d: %v", i, err)
+						return
+					}
+					if r.status == http.StatusConflict && r.header.Get("Retry-After") != "" {
+						continue // in flight elsewhere: resend at once (the test's Retry-After)
+					}
+					results[i] = r
+					return
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		executed := 0
+		for i, r := range results {
+			if r.status != http.StatusCreated || r.body != results[0].body {
+				t.Fatalf("round %d: answer %d is %d %s, want 201 %s", round, i, r.status, r.body, results[0].body)
+			}
+			if !r.replayed {
+				executed++
+			}
+		}
+		if executed != 1 || count(clientID) != 1 {
+			t.Fatalf("round %d: %d executions, %d records; want 1, 1", round, executed, count(clientID))
+		}
+	}
+
+	newKeyLatency := func() time.Duration {
+		const n = 40
+		began := time.Now()
+		for range n {
+			r, err := h.doURL(a.url, "POST", "/v1/entries", "alice", newKey(), body(newKey()))
+			if err != nil || r.status != http.StatusCreated {
+				t.Fatalf("new key: %d %s %v", r.status, r.body, err)
+			}
+		}
+		return time.Since(began) / n
+	}
+	free := newKeyLatency()
+
+	// Replace c with a replica that hangs in every request after its
+	// reservation, and give it 6 keys to hold: more than a healthy
+	// replica's pool has connections (4 on a), so duplicates that
+	// waited there for their keys would leave no connection for new ones.
+	c.stop(t)
+	hung := startServer(t, []string{"SYNCD_FAILPOINT=remote-after-reserve"}, "--postgres", dsn+"&pool_max_conns=8")
+	held := make([][2]string, 6)
+	sent := make(chan error, len(held))
+	for i := range held {
+		held[i] = [2]string{newKey(), newKey()}
+		go func() {
+			_, err := h.doURL(hung.url, "POST", "/v1/entries", "alice", held[i][0], body(held[i][1]))
+			sent <- err
+		}()
+		<-hung.pauses
+	}
+	for _, k := range held {
+		for _, p := range []*proc{a, b} {
+			r, err := h.doURL(p.url, "POST", "/v1/entries", "alice", k[0], body(k[1]))
+			if err != nil || r.status != http.StatusConflict || r.header.Get("Retry-After") == "" || codeOf(t, r) != "idempotency_in_flight" {
+				t.Fatalf("held key on a healthy replica: %d %s %v, want 409 in flight", r.status, r.body, err)
+			}
+		}
+	}
+	// New keys on a while duplicates of the held keys keep arriving
+	// there too (12 clients resending as soon as they get their 409): a
+	// duplicate that waited for its key would hold one of a's pooled
+	// connections while it did.
+	stop := make(chan struct{})
+	var dups sync.WaitGroup
+	var answered409 atomic.Int64
+	for i := range 12 {
+		dups.Go(func() {
+			k := held[i%len(held)]
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := h.doURL(a.url, "POST", "/v1/entries", "alice", k[0], body(k[1]))
+				if err != nil || r.status != http.StatusConflict {
+					t.Errorf("duplicate of a held key: %d %s %v", r.status, r.body, err)
+					return
+				}
+				answered409.Add(1)
+			}
+		})
+	}
+	withHeld := newKeyLatency()
+	close(stop)
+	dups.Wait()
+	t.Logf("new-key create on a healthy replica: %v with no keys held; %v with %d keys held by a hung replica and %d duplicates of them answered 409 meanwhile",
+		free, withHeld, len(held), answered409.Load())
+
+	hung.kill(t)
+	for range held {
+		if err := <-sent; err == nil {
+			t.Fatal("a request to the killed replica got an answer")
+		}
+	}
+	for _, k := range held {
+		r, err := h.doURL(b.url, "POST", "/v1/entries", "alice", k[0], body(k[1]))
+		if err != nil || r.status != http.StatusCreated || r.replayed {
+			t.Fatalf("a key freed by the kill: %d replayed=%v %s %v", r.status, r.replayed, r.body, err)
+		}
+		if again, err := h.doURL(a.url, "POST", "/v1/entries", "alice", k[0], body(k[1])); err != nil || !again.replayed || again.body != r.body {
+			t.Fatalf("resend on another replica: %d replayed=%v %v", again.status, again.replayed, err)
+		}
+		if n := count(k[1]); n != 1 {
+			t.Fatalf("records for a freed key: %d, want 1", n)
+		}
+	}
+	a.stop(t)
+	b.stop(t)
 }
 
 // doURL is do against another server.

@@ -253,6 +253,11 @@ func TestErrors(t *testing.T) {
 			{"invalid test hook", "POST", "/v1/notes", "alice", newKey(), `{"clientId":"c","data":{"invalid":true}}`, 400, CodeValidation},
 			{"no clientId", "POST", "/v1/notes", "alice", newKey(), `{"data":{}}`, 400, CodeValidation},
 			{"bad JSON", "POST", "/v1/notes", "alice", newKey(), `{"clientId":`, 400, CodeValidation},
+			// Ambiguous JSON is refused by the gate, the same on both
+			// storages (PostgreSQL used to answer 500, bbolt to accept).
+			{"invalid UTF-8 in data", "POST", "/v1/notes", "alice", newKey(), "{\"clientId\":\"c\",\"data\":{\"t\":\"\xff\"}}", 400, idempotency.CodeBadRequest},
+			{"lone surrogate in data", "POST", "/v1/notes", "alice", newKey(), `{"clientId":"c","data":{"t":"\ud800"}}`, 400, idempotency.CodeBadRequest},
+			{"repeated name", "POST", "/v1/notes", "alice", newKey(), `{"clientId":"c","clientId":"d","data":{}}`, 400, idempotency.CodeBadRequest},
 			{"bad type", "POST", "/v1/no%20tes", "alice", newKey(), `{"clientId":"c","data":{}}`, 400, CodeValidation},
 			{"update unknown id", "PATCH", missing, "alice", newKey(), `{"data":{}}`, 404, CodeNotFound},
 			{"delete unknown id", "DELETE", missing, "alice", newKey(), "", 404, CodeNotFound},

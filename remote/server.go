@@ -67,8 +67,9 @@ type Config struct {
 	// (idempotency.DefaultSweepInterval).
 	SweepInterval time.Duration
 	// InFlightWait is how long a duplicate waits for the request in
-	// flight with its key in this process before 409
-	// (idempotency.DefaultInFlightWait; negative: no wait).
+	// flight with its key in this process before 409. Zero, the
+	// default, answers 409 with Retry-After at once (the IETF draft's
+	// rule); a duplicate on another replica always does.
 	InFlightWait time.Duration
 	// MaxBodyBytes limits request bodies (idempotency.DefaultMaxBodyBytes).
 	MaxBodyBytes int64
@@ -304,14 +305,17 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), DefaultShutdownTimeout)
 	defer cancel()
-	err := srv.Shutdown(sctx)
-	if err != nil {
+	if err := srv.Shutdown(sctx); err != nil {
+		// A request still running, or a connection the client opened and
+		// never used (net/http counts those as busy for 5 s): close them.
+		// What a cut request did not commit is rolled back.
+		s.log.Warn("remote: requests or new connections still open at shutdown; closing them", "err", err)
 		srv.Close()
 	}
-	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
+		return fmt.Errorf("remote: serve: %w", serr)
 	}
-	return err
+	return nil
 }
 
 // Close stops the sweeper and closes the storage New opened (not a

@@ -106,8 +106,8 @@ type env struct {
 	// respond, when set, runs after the effect and the hook and may
 	// write the whole answer itself (it returns true if it did).
 	respond atomic.Pointer[func(w http.ResponseWriter, r *http.Request) bool]
-	cfg  idempotency.Config
-	seq  atomic.Int64
+	cfg     idempotency.Config
+	seq     atomic.Int64
 }
 
 // Clock is a settable clock for Config.Now.

@@ -6,9 +6,10 @@
 // It owns the gate (reserve, replay, conflict, in flight), the request
 // fingerprint, the Store interface with its record lifecycle
 // (processing, completed, expired) and the expiry Sweeper. The stores
-// live in subpackages: boltstore (embedded, one bbolt file) and pgstore
-// (PostgreSQL, for many server replicas); idempotencytest is the
-// conformance suite a Store must pass. It does not know about the syncd
+// live in subpackages: boltstore (embedded, one bbolt file), pgstore
+// (PostgreSQL through pgx, for many server replicas) and sqlstore (the
+// same tables through database/sql); idempotencytest is the conformance
+// suite a Store must pass. It does not know about the syncd
 // daemon, its queue, authentication (the mounting server supplies
 // Config.Actor) or any domain: the handler behind the gate does the
 // domain write.
@@ -19,22 +20,31 @@
 //
 //   - no Idempotency-Key: 400 idempotency_key_missing (a malformed one:
 //     400 idempotency_key_invalid);
-//   - a new (actor, key): the handler runs, and its response is stored;
+//   - a JSON body with invalid UTF-8, a lone surrogate or a repeated
+//     member name: 400 bad_request, before anything runs;
+//   - a new (actor, key): the handler runs, and its answer is stored if it
+//     is final (below);
 //   - the same (actor, key) and the same fingerprint again: the stored
-//     status, headers and body, with Idempotent-Replayed: true;
+//     status, result headers (Config.ReplayedHeaders) and body, with
+//     Idempotent-Replayed: true;
 //   - the same (actor, key) with another fingerprint: 422
 //     idempotency_key_reused, and the handler does not run;
-//   - the same (actor, key) while the first request is still running:
-//     the duplicate waits for it and then replays its answer; if it waits
-//     longer than Config.InFlightWait (in this process) or the store's
-//     own limit (pgstore.Config.LockTimeout, across replicas), 409
-//     idempotency_in_flight with Retry-After.
+//   - the same (actor, key) while the first request is still running, in
+//     this process or on another replica: 409 idempotency_in_flight with
+//     Retry-After, at once (Config.InFlightWait lets a duplicate in the
+//     same process wait and replay instead).
 //
 // Errors are {"error":{"code":"...","message":"..."}} (Config.WriteError
-// may write another shape). A handler's answer is final for its key and
-// stored unless it is 5xx or a retryable 4xx (408, 409, 425, 429): then
-// the transaction is rolled back, domain writes included, and a retry
-// with the same key runs the handler again.
+// may write another shape). A handler's answer is final for its key, and
+// stored with the writes the handler made, unless it says the request was
+// not authorised or not attempted: 401, 403, 408, 425, 429 and 5xx
+// (Config.Stored, default Storable). Those roll the transaction back,
+// domain writes included, and a retry with the same key runs the handler
+// again. An answer over Config.MaxResponseBytes is rolled back too, and
+// the client gets 500 response_too_large.
+//
+// Gate.Do gives code that is not an HTTP handler (a queue consumer, a
+// gRPC method) the same guarantee on the same stores.
 //
 // # One transaction
 //
@@ -42,22 +52,25 @@
 // commit in ONE store transaction, and the response reaches the client
 // only after that commit. The handler finds the transaction in its
 // request context: boltstore.TxFromContext gives the *bolt.Tx,
-// pgstore.TxFromContext the pgx.Tx. It must write through it and must not
-// commit or roll it back. A crash anywhere before the commit leaves
-// nothing: no domain write and no record, in particular no record stuck
-// in processing. On PostgreSQL a server that hangs instead of crashing is
-// cut off after its lease (pgstore.Config.Lease). Side effects outside
-// the transaction (mail, calls to other services) are not covered: give
-// them their own idempotency key or an outbox.
+// pgstore.TxFromContext a pgx.Tx, sqlstore.TxFromContext a DBTX for
+// database/sql code. It must write through it and must not commit or roll
+// it back. A crash anywhere before the commit leaves nothing: no domain
+// write and no record, in particular no record stuck in processing. On
+// PostgreSQL a server that hangs instead of crashing is cut off after its
+// lease (pgstore.Config.Lease). A processing record that is committed
+// anyway (a handler that commits the transaction itself) holds its key
+// only for Config.ProcessingLease. Side effects outside the transaction
+// (mail, calls to other services) are not covered: give them their own
+// idempotency key or an outbox.
 //
 // # Fingerprint
 //
 // Fingerprint is the SHA-256 of canonical JSON (sorted keys, no
-// insignificant white space) of the method, the route (the URL path by
-// default) and the body's business fields: top-level attempt metadata
-// listed in Config.ExcludedFields (DefaultExcludedFields: attempt,
-// attemptId, sentAt, requestId, traceId, traceparent) is left out, so a
-// resend with a new timestamp or trace id is still the same request.
+// insignificant white space) of the method, the route (DefaultRoute: the
+// URL path and the query with its parameters sorted) and the body.
+// Top-level fields named in Config.ExcludedFields (attempt metadata such
+// as a sentAt; none by default) are left out, so a resend with a new
+// timestamp is still the same request.
 //
 // # Expiry
 //

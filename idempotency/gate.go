@@ -33,8 +33,9 @@ const (
 	// the request's envelope.
 	DefaultMaxBodyBytes = 1<<20 + 64<<10
 	// DefaultMaxResponseBytes is the largest answer stored for replay:
-	// an entity of 1 MiB and its envelope, with room to spare.
-	DefaultMaxResponseBytes = 2 << 20
+	// room for an answer that echoes a request of DefaultMaxBodyBytes
+	// even if re-encoding doubles it (U+2028 written as \u2028).
+	DefaultMaxResponseBytes = 4 << 20
 	// MaxKeyLength is the longest Idempotency-Key accepted, in bytes.
 	MaxKeyLength = 255
 )

@@ -100,6 +100,7 @@ func TestGateEdges(t *testing.T) {
 		{"no actor", "POST", "", "k3", `{}`, 401, `"unauthorized"`},
 		{"too large", "POST", "alice", "k4", `{"a":"0123456789abcdef"}`, 413, `"too_large"`},
 		{"missing key", "PATCH", "alice", "", `{}`, 400, `"idempotency_key_missing"`},
+		{"ambiguous JSON", "POST", "alice", "k6", `{"a":1,"a":2}`, 400, `"bad_request"`},
 	}
 	for _, tt := range tests {
 		req, _ := http.NewRequest(tt.method, srv.URL+"/things/1", strings.NewReader(tt.body))
@@ -132,7 +133,7 @@ func TestGateEdges(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	want := []string{"/things/{id} executed", "/things/{id} executed", "/things/{id} unauthorized",
-		"/things/{id} too_large", "/things/{id} key_missing", "/things/{id} executed"}
+		"/things/{id} too_large", "/things/{id} key_missing", "/things/{id} bad_request", "/things/{id} executed"}
 	if strings.Join(outcomes, ",") != strings.Join(want, ",") {
 		t.Fatalf("outcomes %q, want %q", outcomes, want)
 	}

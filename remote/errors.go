@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -50,12 +51,17 @@ func writeError(w http.ResponseWriter, _ *http.Request, status int, code, messag
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
+	// No HTML escaping: data goes back as the client sent it, not with
+	// each <, > and & grown to six bytes.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	b := []byte(`{"error":{"code":"internal","message":"encoding the answer failed"}}` + "\n")
+	if err := enc.Encode(v); err != nil {
 		status = http.StatusInternalServerError
-		b = []byte(`{"error":{"code":"internal","message":"encoding the answer failed"}}`)
+	} else {
+		b = buf.Bytes() // Encode ends it with a newline
 	}
-	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)

@@ -106,6 +106,14 @@ type Config struct {
 	// a random suffix).
 	Owner string
 
+	// Pull says whether the server's changes are pulled (default
+	// PullAuto). Pulling needs a Transport that is a Puller.
+	Pull PullMode
+	// PullWait is how long a long poll of the feed asks the server to
+	// hold when nothing is new (default DefaultPullWait, at most
+	// transport.MaxChangesWait).
+	PullWait time.Duration
+
 	// TestHookAfterClaim, if set, runs in the worker right after an
 	// operation turned sending, before the session check that precedes
 	// sending it. For tests and crash failpoints.
@@ -160,6 +168,12 @@ type Daemon struct {
 	offline      chan struct{} // buffered 1: tells the prober an outage began
 
 	mis misconfig // a remote every operation fails on the same way
+
+	puller    Puller // nil: no pull
+	pullMode  PullMode
+	pullWait  time.Duration
+	pullLimit int
+	pull      pullState
 
 	life lifecycle
 }
@@ -225,6 +239,18 @@ func New(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.session = sess
+	d.pullMode = cmp.Or(cfg.Pull, PullAuto)
+	switch d.pullMode {
+	case PullAuto, PullOn, PullOff:
+	default:
+		return nil, fmt.Errorf("daemon: Pull %q: want auto, on or off", cfg.Pull)
+	}
+	d.pullWait = min(cmp.Or(cfg.PullWait, DefaultPullWait), transport.MaxChangesWait)
+	d.pullLimit = DefaultPullLimit
+	d.pull.kick = make(chan struct{}, 1)
+	if p, ok := cfg.Transport.(Puller); ok && d.pullMode != PullOff {
+		d.puller = p
+	}
 	d.life.init()
 	return d, nil
 }
@@ -288,6 +314,8 @@ type Status struct {
 	MaxQueueBytes int64  `json:"maxQueueBytes,omitempty"`
 	QueueFull     bool   `json:"queueFull,omitempty"`
 	LastEventSeq  uint64 `json:"lastEventSeq"`
+	// Pull is the pull of the server's changes.
+	Pull PullStatus `json:"pull"`
 }
 
 // Pause reasons of Status.PauseReason.
@@ -330,6 +358,7 @@ func (d *Daemon) Status(ctx context.Context) (Status, error) {
 	if st.Account != nil {
 		s.AccountCounts, s.AccountOldestPendingAgeSecond = st.Account.Counts, ageSeconds(d.now(), st.Account.OldestPending)
 	}
+	s.Pull = d.pullStatus(s.AccountID)
 	return s, nil
 }
 

@@ -17,6 +17,8 @@ type lifecycle struct {
 	stopCh  chan struct{} // closed by Stop: claim nothing more
 	hard    context.Context
 	cancel  context.CancelFunc // ends the sends in flight
+	soft    context.Context    // ends when Stop begins: the puller's long poll
+	stopNow context.CancelFunc
 	wg      sync.WaitGroup
 	stopped chan struct{} // closed when every worker has returned
 }
@@ -58,9 +60,14 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	l.state = lifeRunning
 	l.hard, l.cancel = context.WithCancel(ctx)
+	l.soft, l.stopNow = context.WithCancel(l.hard)
 	l.wg.Add(d.conc + 1)
 	for range d.conc {
 		go d.worker(l.hard)
+	}
+	if d.puller != nil {
+		l.wg.Add(1)
+		go d.runPuller(l.soft)
 	}
 	go d.sweeper(l.hard)
 	if p, ok := d.sender.(Prober); ok && d.probeEvery > 0 {
@@ -91,6 +98,7 @@ func (d *Daemon) Stop(ctx context.Context) {
 	case lifeRunning:
 		l.state = lifeStopped
 		close(l.stopCh)
+		l.stopNow() // a long poll has nothing to finish
 	}
 	l.mu.Unlock()
 	select {

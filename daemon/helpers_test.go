@@ -166,6 +166,11 @@ func setup(t testing.TB, o envOpts) *env {
 	if cfg.Now == nil {
 		cfg.Now = now
 	}
+	if cfg.Pull == "" {
+		// The push tests count and hold requests at the proxy; a pull's
+		// long poll would be among them. Pull tests set Pull.
+		cfg.Pull = PullOff
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}

@@ -120,6 +120,9 @@ func (d *Daemon) request(op queue.Operation, token string) (transport.Request, e
 			return r, err
 		default:
 			r.ServerID = e.ServerID
+			// The version the change was made on: this device's own
+			// earlier writes and the pulls applied to the entity moved it.
+			r.BaseVersion = e.ServerVersion
 		}
 	}
 	return r, nil
@@ -171,7 +174,8 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 	switch o.Decision {
 	case transport.Done:
 		d.metrics.attempt(doneResult(o))
-		comp := queue.Completion{ServerID: o.ServerID, OtherData: o.OtherData, ServerPayloadVersion: o.ServerPayloadVersion}
+		comp := queue.Completion{ServerID: o.ServerID, OtherData: o.OtherData, ServerPayloadVersion: o.ServerPayloadVersion,
+			ServerVersion: o.ServerVersion}
 		if o.OtherData {
 			d.logger.Warn("daemon: the server already held other data under the create's id; the entity's data follows as an update unless it is deleted", "operation", op.ID, "entityType", op.EntityType, "entityId", op.EntityID, "serverId", o.ServerID)
 		}
@@ -249,6 +253,21 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 			return
 		}
 		d.logger.Debug("daemon: retry scheduled", "operation", op.ID, "code", code, "attempts", op.AttemptCount, "in", at.Sub(d.now()))
+	case transport.Conflict:
+		// Another device's write came first and the server refused this
+		// one (its answer, fresh or replayed, is the key's only
+		// execution): the entity turns conflict, with the server's record
+		// beside the local data, for the app to resolve.
+		d.metrics.attempt(o.Code)
+		var cur queue.ServerState
+		if o.Current != nil {
+			cur = queue.ServerState{Version: o.Current.Version, Deleted: o.Current.Deleted, Data: o.Current.Data}
+		}
+		d.logger.Info("daemon: the server holds a newer version written elsewhere; the entity is in conflict", "operation", op.ID,
+			"entityType", op.EntityType, "entityId", op.EntityID, "code", o.Code, "serverVersion", cur.Version)
+		if err := d.store.Conflict(ctx, op.ID, c.owner, o.Code, message(o), cur); err != nil {
+			d.storeErr("conflict", op, err)
+		}
 	default: // Permanent, NeedsUserAction
 		d.metrics.attempt(o.Code)
 		// Declined when the server said it did not apply it: a fresh
@@ -437,6 +456,8 @@ func (d *Daemon) observe(online, well, byProbe bool) {
 		}
 		if !online {
 			d.probeNow()
+		} else {
+			d.kickPull() // the remote is back: read what changed meanwhile
 		}
 	}
 	if flush {

@@ -150,6 +150,7 @@ func (d *Daemon) sessionChanged() {
 	d.gen++
 	d.paused = false
 	d.wake()
+	d.kickPull()
 }
 
 // endSessionSends cancels the sends in flight for the current account

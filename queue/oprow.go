@@ -264,9 +264,15 @@ func (w *txw) reconcile(e *Entity, dirty bool) error {
 	switch {
 	case head == nil:
 		state = SyncSynced
+	case head.State == StatePermanentFailed && head.Declined && IsConflictCode(head.LastErrorCode) && e.Server != nil:
+		state = SyncConflict
+		syncErr = readableError(head)
 	case head.State == StatePermanentFailed:
 		state = SyncFailed
 		syncErr = readableError(head)
+	}
+	if state != SyncConflict && e.Server != nil && e.Server.Version <= e.ServerVersion {
+		e.Server, dirty = nil, true // what it told is taken or superseded
 	}
 	if e.SyncState == state && e.SyncError == syncErr {
 		if dirty {
@@ -290,6 +296,20 @@ func (w *txw) entityEvent(e *Entity, typ string) error {
 		OperationID: e.LastOperationID,
 		SyncState:   e.SyncState,
 	})
+}
+
+// Conflict codes: an operation failed with one of these leaves its
+// entity in conflict (transport.CodeVersionConflict,
+// transport.CodeDeletedOnServer).
+const (
+	CodeVersionConflict = "version_conflict"
+	CodeDeletedOnServer = "deleted_on_server"
+)
+
+// IsConflictCode reports whether an operation's error code is a conflict
+// with another device's write.
+func IsConflictCode(code string) bool {
+	return code == CodeVersionConflict || code == CodeDeletedOnServer
 }
 
 // readableError is the entity's syncError for a failed operation.

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -53,6 +54,10 @@ const (
 	entLastOperationID
 	entSyncedOperationID
 	entPayloadRefs // seqs of operations whose payload is this row's data
+	entServerVersion
+	entServerRecVersion // Entity.Server, present when entServerRecVersion is
+	entServerRecDeleted
+	entServerRecData
 	entFields
 )
 
@@ -89,7 +94,7 @@ const (
 var (
 	stateTable     = []string{string(StatePending), string(StateSending), string(StateRetryWaiting), string(StateDone), string(StatePermanentFailed)}
 	opTypeTable    = []string{string(OpCreate), string(OpUpdate), string(OpDelete)}
-	syncStateTable = []string{string(SyncPending), string(SyncSynced), string(SyncFailed)}
+	syncStateTable = []string{string(SyncPending), string(SyncSynced), string(SyncFailed), string(SyncConflict)}
 )
 
 const (
@@ -395,6 +400,14 @@ func encodeEntity(e *Entity, refs []uint64) []byte {
 			w.uvarint(seq)
 		}
 	}
+	w.int(entServerVersion, e.ServerVersion)
+	if e.Server != nil {
+		// Version 0 would read back as no Server: written as is, a
+		// server's version is at least 1.
+		w.int(entServerRecVersion, max(e.Server.Version, 1))
+		w.bool(entServerRecDeleted, e.Server.Deleted)
+		w.bytes(entServerRecData, e.Server.Data)
+	}
 	return w.finish()
 }
 
@@ -435,6 +448,14 @@ func decodeEntityRow(k, v []byte, alias bool) (e *Entity, refs []uint64, err err
 	e.LastOperationID = r.str(entLastOperationID)
 	e.SyncedOperationID = r.str(entSyncedOperationID)
 	refs = r.refs(entPayloadRefs)
+	e.ServerVersion = r.int(entServerVersion)
+	if r.is(entServerRecVersion) {
+		e.Server = &ServerState{Version: r.int(entServerRecVersion)}
+		e.Server.Deleted = r.is(entServerRecDeleted)
+		if data := r.bytes(entServerRecData); len(data) > 0 {
+			e.Server.Data = bytes.Clone(data)
+		}
+	}
 	if err := r.done(); err != nil {
 		return nil, nil, fmt.Errorf("queue: decode entity %q: %w", k, err)
 	}
@@ -457,6 +478,9 @@ func entityDataRefs(v []byte) (data []byte, refs []uint64, err error) {
 	r.skipStr(entLastOperationID)
 	r.skipStr(entSyncedOperationID)
 	refs = r.refs(entPayloadRefs)
+	r.int(entServerVersion)
+	r.int(entServerRecVersion)
+	r.bytes(entServerRecData)
 	return data, refs, r.done()
 }
 

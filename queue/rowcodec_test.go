@@ -82,6 +82,14 @@ func fillRandom(t *rapid.T, v any, skip ...string) {
 			fv.SetInt(rapid.Int64().Draw(t, f.Name))
 		case uint64:
 			fv.SetUint(rapid.Uint64().Draw(t, f.Name))
+		case *ServerState:
+			if rapid.Bool().Draw(t, f.Name) {
+				srv := &ServerState{Version: rapid.Int64Range(1, 1<<62).Draw(t, f.Name+" version"), Deleted: rapid.Bool().Draw(t, f.Name+" deleted")}
+				if b := rapid.SliceOf(rapid.Byte()).Draw(t, f.Name+" data"); len(b) > 0 {
+					srv.Data = b
+				}
+				fv.Set(reflect.ValueOf(srv))
+			}
 		default:
 			t.Fatalf("field %s of %T has type %s, which the row codec test does not know", f.Name, v, f.Type)
 		}

@@ -223,6 +223,13 @@ func (tx *txw) purgeChunk(account string, after uint64) (finished bool, next uin
 	if err := tx.del(tx.b(bucketMeta), purgeKey(account)); err != nil {
 		return false, next, err
 	}
+	// Its place in the changes feed: a later sign-in pulls everything.
+	if err := tx.del(tx.b(bucketMeta), pullKey(account)); err != nil {
+		return false, next, err
+	}
+	if err := tx.clearSeen(account); err != nil {
+		return false, next, err
+	}
 	return true, next, tx.event(Event{Type: EventAccountPurged, AccountID: account})
 }
 

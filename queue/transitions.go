@@ -153,6 +153,12 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 	if c.ServerID != "" && e.ServerID != c.ServerID {
 		e.ServerID, changed = c.ServerID, true
 	}
+	if c.ServerVersion > e.ServerVersion {
+		// The version this device's own write made: the later ones of
+		// the partition are based on it, and the feed's echo of it is
+		// skipped.
+		e.ServerVersion, changed = c.ServerVersion, true
+	}
 	// The server now holds this op's data; after a delete, no data of the
 	// entity (a create made again behind it sets it anew).
 	synced := op.ID

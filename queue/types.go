@@ -28,7 +28,24 @@ const (
 	// SyncFailed: an operation of the entity failed permanently and needs
 	// the user (retry or discard). SyncError says why.
 	SyncFailed SyncState = "failed"
+	// SyncConflict: the server refused the entity's change because it
+	// holds a newer version, written by another device (409
+	// version_conflict), or an update found the record deleted there.
+	// Entity.Server holds the server's record beside the local data; the
+	// app resolves it (Store.Resolve, or a new update made on the
+	// server's version).
+	SyncConflict SyncState = "conflict"
 )
+
+// ServerState is what this device knows of the server's record of an
+// entity when it differs from the local one: the record a conflict
+// answer carried, or a change the pull brought while the entity had
+// local changes still unsent.
+type ServerState struct {
+	Version int64           `json:"version"`
+	Deleted bool            `json:"deleted,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
 
 // Entity is one record of an app, as stored locally.
 type Entity struct {
@@ -61,6 +78,17 @@ type Entity struct {
 	// what the server holds is not known: after a delete went, or after a
 	// discarded operation that the server may have applied.
 	SyncedOperationID string `json:"syncedOperationId,omitempty"`
+	// ServerVersion is the server's version of the record that the local
+	// data is based on: from the answers to this device's writes and
+	// from pulled changes applied to it. Updates and deletes are sent
+	// with it as baseVersion. 0: the server never had it, as far as
+	// this device knows.
+	ServerVersion int64 `json:"serverVersion,omitempty"`
+	// Server is the server's record when it is newer than ServerVersion
+	// and not taken locally: in a conflict, and when a pull brought a
+	// change while local changes were unsent (the local data wins
+	// locally until the server's answer to them decides). Nil otherwise.
+	Server *ServerState `json:"server,omitempty"`
 }
 
 // Operation is one user intent waiting to reach (or having reached) the
@@ -185,6 +213,10 @@ type Completion struct {
 	// older than what it holds.
 	OtherData            bool
 	ServerPayloadVersion int64
+
+	// ServerVersion is the record's version after this write, from the
+	// server's answer (0: the answer carried none).
+	ServerVersion int64
 }
 
 // ListOptions pages through entities or operations. After is the cursor

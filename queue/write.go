@@ -220,6 +220,12 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	case OpDelete:
 		e.Deleted = true
 	}
+	if e.SyncState == SyncConflict && e.Server != nil {
+		// The app's write on an entity in conflict is its resolution: a
+		// change made on the server's current version.
+		e.ServerVersion = max(e.ServerVersion, e.Server.Version)
+		e.Server = nil
+	}
 	e.Version++
 	e.UpdatedAt = now
 	e.LastOperationID = w.OperationID

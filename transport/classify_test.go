@@ -151,7 +151,7 @@ func TestClassifyStatus(t *testing.T) {
 			name:     "410 update of a deleted entity",
 			req:      updateReq(),
 			handler:  reply(410, errBody("gone")),
-			decision: Permanent, code: CodeGone, serverCode: "gone", wantErr: ErrStatus,
+			decision: Conflict, code: CodeDeletedOnServer, serverCode: "gone", wantErr: ErrStatus,
 		},
 		{
 			name:     "410 delete is done",
@@ -226,10 +226,16 @@ func TestClassifyStatus(t *testing.T) {
 			decision: Retry, code: CodeInFlight, wantErr: ErrStatus,
 		},
 		{
-			name:     "409 domain conflict",
+			name:     "409 version conflict",
 			req:      updateReq(),
 			handler:  reply(409, errBody("version_conflict")),
-			decision: NeedsUserAction, code: CodeRejected, serverCode: "version_conflict", wantErr: ErrStatus,
+			decision: Conflict, code: CodeVersionConflict, serverCode: "version_conflict", wantErr: ErrStatus,
+		},
+		{
+			name:     "409 domain conflict",
+			req:      updateReq(),
+			handler:  reply(409, errBody("username_taken")),
+			decision: NeedsUserAction, code: CodeRejected, serverCode: "username_taken", wantErr: ErrStatus,
 		},
 		{
 			name:     "401",

@@ -248,6 +248,7 @@ func (c *Client) classify(r Request, tr typeRoutes, resp *http.Response, body []
 
 	st := resp.StatusCode
 	if st >= 200 && st <= 299 {
+		o.ServerVersion = recordVersion(body)
 		if r.Op != OpCreate {
 			o.Decision, o.ServerID = Done, r.ServerID
 			return o
@@ -283,6 +284,10 @@ func (c *Client) classify(r Request, tr typeRoutes, resp *http.Response, body []
 	case st == http.StatusGone && r.Op == OpDelete:
 		o.Decision, o.Code, o.ServerID = Done, CodeGone, r.ServerID
 		return o
+	case st == http.StatusConflict && o.ServerCode == ServerCodeVersionConflict:
+		o.Decision, o.Code, o.Current = Conflict, CodeVersionConflict, conflictCurrent(body)
+	case st == http.StatusGone && r.Op == OpUpdate:
+		o.Decision, o.Code, o.Current = Conflict, CodeDeletedOnServer, &Current{Deleted: true}
 	case st == http.StatusRequestTimeout:
 		o.Decision, o.Code = Retry, CodeRequestTimeout
 	case st == http.StatusTooManyRequests:
@@ -315,6 +320,40 @@ func (c *Client) classify(r Request, tr typeRoutes, resp *http.Response, body []
 	}
 	o.Err = fmt.Errorf("operation %q: %s %s: %d %s: %w", r.OperationID, r.Op, r.EntityType, st, o.Code, ErrStatus)
 	return o
+}
+
+// recordVersion reads a write answer's "version", 0 when absent or not a
+// whole number.
+func recordVersion(body []byte) int64 {
+	var rec struct {
+		Version json.RawMessage `json:"version"`
+	}
+	if json.Unmarshal(body, &rec) != nil || len(rec.Version) == 0 {
+		return 0
+	}
+	return max(payloadVersion(rec.Version), 0)
+}
+
+// conflictCurrent reads the "current" record of a version_conflict
+// answer: its version, data and whether it is deleted.
+func conflictCurrent(body []byte) *Current {
+	var ans struct {
+		Current struct {
+			Version json.RawMessage `json:"version"`
+			Deleted bool            `json:"deleted"`
+			Data    json.RawMessage `json:"data"`
+		} `json:"current"`
+	}
+	cur := &Current{}
+	if json.Unmarshal(body, &ans) != nil {
+		return cur
+	}
+	cur.Version = max(payloadVersion(ans.Current.Version), 0)
+	cur.Deleted = ans.Current.Deleted
+	if !cur.Deleted && len(ans.Current.Data) > 0 && ans.Current.Data[0] == '{' {
+		cur.Data = ans.Current.Data
+	}
+	return cur
 }
 
 // serverID reads the server id at path in a JSON object body. Strings and

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/json"
 	"strconv"
 	"time"
 )
@@ -35,6 +36,13 @@ const (
 	// entity (the daemon then sends it again under a new key, since the
 	// server answers the old one with its refusal) or discards it.
 	NeedsUserAction
+
+	// Conflict: the server holds a newer version of the entity than the
+	// one the change was made on and its policy refused the write (409
+	// version_conflict), or an update found the record deleted on the
+	// server (410). Outcome.Current is what the server holds. The
+	// entity's sync state becomes conflict; the user resolves it.
+	Conflict
 )
 
 var decisionNames = [...]string{
@@ -43,6 +51,7 @@ var decisionNames = [...]string{
 	RefreshSession:  "refresh_session",
 	Permanent:       "permanent",
 	NeedsUserAction: "needs_user_action",
+	Conflict:        "conflict",
 }
 
 // String returns the decision's stable lower-case name, e.g. "retry".
@@ -87,6 +96,10 @@ const (
 	// NeedsUserAction.
 	CodeValidation = "validation" // 400, 422 other than idempotency_key_reused
 	CodeRejected   = "rejected"   // any other 4xx (405, 413, 415, 409 with a domain code, ...)
+
+	// Conflict.
+	CodeVersionConflict = "version_conflict"  // 409 version_conflict: the server holds a newer version
+	CodeDeletedOnServer = "deleted_on_server" // 410 on an update: another device deleted the record
 )
 
 // Server error codes with a meaning for the protocol.
@@ -94,7 +107,17 @@ const (
 	// ServerCodeKeyReused is the 422 code of a key reused with another
 	// payload.
 	ServerCodeKeyReused = "idempotency_key_reused"
+	// ServerCodeVersionConflict is the 409 code of a write refused
+	// because the server holds a newer version than its baseVersion.
+	ServerCodeVersionConflict = "version_conflict"
 )
+
+// Current is the server's record in a conflict answer.
+type Current struct {
+	Version int64
+	Deleted bool
+	Data    json.RawMessage // absent when deleted
+}
 
 // serverInFlightCodes are error codes a 409 may carry for "the same key is
 // still being processed". A 409 without a code, or with a Retry-After, is
@@ -136,6 +159,15 @@ type Outcome struct {
 	// "data" object says nothing, and OtherData stays false.
 	OtherData            bool
 	ServerPayloadVersion int64
+
+	// ServerVersion is the record's version after the write, from the
+	// answer's "version" (0 when it carries none). The daemon stores it,
+	// and skips the change when the feed brings it back.
+	ServerVersion int64
+
+	// Current is the server's record when Decision is Conflict (its
+	// version and data from a 409's "current"; deleted for a 410).
+	Current *Current
 
 	// Replayed is true when the server answered with
 	// "Idempotent-Replayed: true": the answer of an earlier attempt.

@@ -58,7 +58,7 @@ func TestAgainstReferenceServer(t *testing.T) {
 
 	late := update
 	late.OperationID, late.PayloadVersion = "op-update-2", 3
-	send("update after delete", late, transport.Permanent, transport.CodeGone, false)
+	send("update after delete", late, transport.Conflict, transport.CodeDeletedOnServer, false)
 
 	unknown := del
 	unknown.OperationID, unknown.ServerID = "op-delete-2", "no-such-id"

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -47,6 +48,14 @@ type Request struct {
 	// PayloadVersion is sent by create and update as payloadVersion.
 	PayloadVersion int64
 
+	// BaseVersion is the server version the local change was made on
+	// (the entity's queue.Entity.ServerVersion at send time): sent by
+	// update in the body and by delete as ?baseVersion=N, so a server
+	// with a conflict policy can refuse a write made on a version older
+	// than its own (409 version_conflict). 0: the server never had the
+	// entity as far as this device knows, and nothing is sent.
+	BaseVersion int64
+
 	// Token is the bearer token of the operation's account, taken from
 	// the current session, never from the payload.
 	Token string
@@ -63,6 +72,7 @@ type createBody struct {
 type updateBody struct {
 	Data           json.RawMessage `json:"data"`
 	PayloadVersion int64           `json:"payloadVersion"`
+	BaseVersion    int64           `json:"baseVersion,omitempty"`
 }
 
 // invalid is the Outcome of a Request that is not sent.
@@ -106,7 +116,7 @@ func (c *Client) build(r Request) (*http.Request, typeRoutes, *Outcome) {
 	case OpCreate:
 		rt, body = tr.create, createBody{ClientID: r.EntityID, Data: r.Data, PayloadVersion: r.PayloadVersion}
 	case OpUpdate:
-		rt, body = tr.update, updateBody{Data: r.Data, PayloadVersion: r.PayloadVersion}
+		rt, body = tr.update, updateBody{Data: r.Data, PayloadVersion: r.PayloadVersion, BaseVersion: r.BaseVersion}
 	case OpDelete:
 		rt = tr.delete
 	default:
@@ -137,6 +147,13 @@ func (c *Client) build(r Request) (*http.Request, typeRoutes, *Outcome) {
 	}
 
 	target := c.baseURL + expand(rt.path, r)
+	if r.Op == OpDelete && r.BaseVersion > 0 {
+		sep := "?"
+		if strings.Contains(target, "?") {
+			sep = "&"
+		}
+		target += sep + "baseVersion=" + strconv.FormatInt(r.BaseVersion, 10)
+	}
 	hr, err := http.NewRequest(rt.method, target, nil)
 	if err != nil {
 		return bad("url %q: %v", target, err)

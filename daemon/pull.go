@@ -1,0 +1,285 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/transport"
+)
+
+// The puller brings the server's changes into the store: one goroutine,
+// for the signed-in account, under the same session guard as the sends
+// (never another account's token; a refused token pauses it with the
+// sends). It reads the feed page by page, applies each page in one
+// transaction with its cursor (queue.Store.ApplyChanges), and when it is
+// up to date keeps a long poll open, so another device's write arrives
+// as soon as the server commits it. Failures back off with jitter; a
+// sign-in and the remote coming back wake it at once.
+
+// PullMode says whether the daemon pulls the server's changes.
+type PullMode string
+
+// Pull modes.
+const (
+	// PullAuto pulls when the remote has a changes feed; a remote that
+	// answers 404 for it is taken as push-only (logged once, asked
+	// again hourly).
+	PullAuto PullMode = "auto"
+	// PullOn pulls; a 404 is an error, retried with backoff.
+	PullOn PullMode = "on"
+	// PullOff never pulls.
+	PullOff PullMode = "off"
+)
+
+// Defaults of the pull.
+const (
+	// DefaultPullWait is how long a long poll asks the server to hold.
+	DefaultPullWait = 30 * time.Second
+	// DefaultPullLimit is the page size asked for.
+	DefaultPullLimit = transport.DefaultChangesLimit
+	// noFeedRecheck is how long a push-only remote (PullAuto) is left
+	// before the feed is asked for again.
+	noFeedRecheck = time.Hour
+)
+
+// Puller reads the changes feed; *transport.Client is one.
+type Puller interface {
+	Changes(ctx context.Context, token, cursor string, limit int, wait time.Duration) (transport.ChangesPage, error)
+}
+
+// Pull states of PullStatus.State.
+const (
+	PullStateOff           = "off"           // pull off, or a remote without a feed
+	PullStateIdle          = "idle"          // up to date; a long poll waits for the next change
+	PullStatePulling       = "pulling"       // reading pages
+	PullStateBootstrapping = "bootstrapping" // reading everything from the beginning
+	PullStatePaused        = "paused"        // signed out, or the token was refused
+	PullStateError         = "error"         // the last read failed; retrying with backoff
+)
+
+// PullStatus is the pull part of Status.
+type PullStatus struct {
+	Mode  PullMode `json:"mode"`
+	State string   `json:"state"`
+	// LastPullAt is when the last page was applied; Received counts the
+	// changes applied for the account since its pulls began.
+	LastPullAt time.Time `json:"lastPullAt,omitzero"`
+	Received   int64     `json:"received"`
+	// BootstrapReceived counts the records read so far by the full pass
+	// under way (state bootstrapping).
+	BootstrapReceived int64 `json:"bootstrapReceived,omitempty"`
+	// LastError is why the last read failed (state error).
+	LastError string `json:"lastError,omitempty"`
+}
+
+// pullState is the puller's live state, for Status.
+type pullState struct {
+	mu      sync.Mutex
+	state   string
+	lastErr string
+	kick    chan struct{} // buffered 1: read now (sign-in, remote back)
+}
+
+func (p *pullState) set(state, lastErr string) {
+	p.mu.Lock()
+	p.state, p.lastErr = state, lastErr
+	p.mu.Unlock()
+}
+
+// kickPull wakes the puller out of a backoff or a wait for a session.
+func (d *Daemon) kickPull() {
+	select {
+	case d.pull.kick <- struct{}{}:
+	default:
+	}
+}
+
+// pullStatus reports the pull for Status.
+func (d *Daemon) pullStatus(account string) PullStatus {
+	ps := PullStatus{Mode: d.pullMode}
+	d.pull.mu.Lock()
+	ps.State, ps.LastError = d.pull.state, d.pull.lastErr
+	d.pull.mu.Unlock()
+	if ps.State == "" {
+		ps.State = PullStateOff
+		if d.pullMode != PullOff && d.puller != nil {
+			ps.State = PullStatePaused
+		}
+	}
+	if account != "" {
+		if st, err := d.store.LoadPullState(account); err == nil {
+			ps.LastPullAt, ps.Received = st.LastPullAt, st.Received
+			if st.FullPass {
+				ps.BootstrapReceived = st.Seen
+			}
+		}
+	}
+	return ps
+}
+
+// EventPullState is appended when the pull's state changes; Data is
+// {"state": ..., "error"?: ...}.
+const EventPullState = "pull.state"
+
+// runPuller is the puller goroutine; it returns when the daemon stops.
+func (d *Daemon) runPuller(soft context.Context) {
+	defer d.life.wg.Done()
+	failures := 0
+	wait := time.Duration(0) // the long poll of the next read
+	noFeedLogged := false
+	for {
+		if soft.Err() != nil {
+			return
+		}
+		s, ok := d.snapshot()
+		if !ok {
+			d.setPullState(PullStatePaused, "")
+			wait = 0
+			if !d.pullSleep(soft, 0) {
+				return
+			}
+			continue
+		}
+		st, err := d.store.LoadPullState(s.account)
+		if err != nil {
+			d.logger.Error("daemon: pull: reading the pull state failed", "err", err)
+			if !d.pullBackoff(soft, &failures, err) {
+				return
+			}
+			continue
+		}
+		if st.Cursor == "" || st.FullPass {
+			d.setPullState(PullStateBootstrapping, "")
+			wait = 0
+		} else if wait == 0 {
+			d.setPullState(PullStatePulling, "")
+		}
+
+		ctx, cancel := context.WithCancel(soft)
+		unhook := context.AfterFunc(s.ctx, cancel) // the session ended: drop the read
+		page, err := d.puller.Changes(ctx, s.token, st.Cursor, d.pullLimit, wait)
+		unhook()
+		cancel()
+		switch {
+		case soft.Err() != nil:
+			return
+		case err == nil:
+		case errors.Is(err, transport.ErrNoFeed) && d.pullMode == PullAuto:
+			if !noFeedLogged {
+				d.logger.Info("daemon: the remote has no changes feed (404); syncing one way, pushing only", "recheck", noFeedRecheck)
+				noFeedLogged = true
+			}
+			d.setPullState(PullStateOff, "")
+			if !d.pullSleep(soft, noFeedRecheck) {
+				return
+			}
+			continue
+		case errors.Is(err, transport.ErrCursorExpired):
+			d.logger.Info("daemon: the server no longer keeps what the pull cursor needs; reading everything again", "account", s.account)
+			if err := d.store.RestartPull(context.Background(), s.account); err != nil {
+				d.logger.Error("daemon: pull: restarting the pull failed", "err", err)
+				if !d.pullBackoff(soft, &failures, err) {
+					return
+				}
+			}
+			wait = 0
+			continue
+		case errors.Is(err, transport.ErrUnauthorized), errors.Is(err, transport.ErrInvalidToken):
+			if d.refreshNeeded(s) {
+				d.logger.Warn("daemon: the server refused the session's token; pulling and sending are paused until a new token is set", "account", s.account)
+				data, _ := json.Marshal(map[string]string{"reason": transport.CodeUnauthorized})
+				if _, err := d.store.AppendEvent(context.Background(), queue.Event{Type: EventSessionRefreshNeeded, AccountID: s.account, Data: data}); err != nil {
+					d.logger.Error("daemon: append event", "type", EventSessionRefreshNeeded, "err", err)
+				}
+			}
+			continue
+		case s.ctx.Err() != nil || !d.current(s):
+			continue // the session changed during the read
+		default:
+			if !d.pullBackoff(soft, &failures, err) {
+				return
+			}
+			wait = 0
+			continue
+		}
+		if !d.current(s) {
+			continue // signed out or switched meanwhile: the page is not this session's
+		}
+		noFeedLogged = false
+		changes := make([]queue.Change, len(page.Changes))
+		for i, c := range page.Changes {
+			changes[i] = queue.Change{EntityType: c.Type, EntityID: c.ClientID, ServerID: c.ID, Version: c.Version,
+				Deleted: c.Deleted, Data: c.Data, OperationID: c.OperationID}
+		}
+		res, err := d.store.ApplyChanges(context.Background(), s.account, st.Cursor, changes, page.Cursor, !page.HasMore)
+		if err != nil {
+			d.logger.Error("daemon: pull: applying a page failed", "err", err)
+			if !d.pullBackoff(soft, &failures, err) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		if res.Applied+res.Removed > 0 {
+			d.logger.Debug("daemon: pulled", "applied", res.Applied, "kept", res.Kept, "skipped", res.Skipped, "removed", res.Removed)
+		}
+		if page.HasMore {
+			wait = 0
+			continue
+		}
+		d.setPullState(PullStateIdle, "")
+		wait = d.pullWait
+	}
+}
+
+// setPullState records the pull's state and, when it changed, appends a
+// pull.state event.
+func (d *Daemon) setPullState(state, lastErr string) {
+	d.pull.mu.Lock()
+	changed := d.pull.state != state
+	d.pull.state, d.pull.lastErr = state, lastErr
+	d.pull.mu.Unlock()
+	if !changed {
+		return
+	}
+	data, _ := json.Marshal(struct {
+		State string `json:"state"`
+		Error string `json:"error,omitempty"`
+	}{state, lastErr})
+	if _, err := d.store.AppendEvent(context.Background(), queue.Event{Type: EventPullState, Data: data}); err != nil {
+		d.logger.Error("daemon: append event", "type", EventPullState, "err", err)
+	}
+}
+
+// pullBackoff records a failed read and waits before the next, with
+// jitter, growing with consecutive failures. It returns false when the
+// daemon stops meanwhile.
+func (d *Daemon) pullBackoff(soft context.Context, failures *int, err error) bool {
+	d.setPullState(PullStateError, err.Error())
+	delay := d.policy.Backoff.Next(*failures, d.rnd)
+	*failures++
+	d.logger.Debug("daemon: pull failed; trying again", "in", delay, "err", err)
+	return d.pullSleep(soft, delay)
+}
+
+// pullSleep waits for d (0: until kicked), a kick (sign-in, the remote
+// back, a new token) or the daemon stopping; false when stopping.
+func (d *Daemon) pullSleep(soft context.Context, dur time.Duration) bool {
+	var timer <-chan time.Time
+	if dur > 0 {
+		t := time.NewTimer(dur)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-soft.Done():
+		return false
+	case <-d.pull.kick:
+	case <-timer:
+	}
+	return true
+}

@@ -1,0 +1,491 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Pulling: the server's changes come down into the same file, page by
+// page. Each page is applied in one transaction with the cursor that
+// follows it, so a crash redoes the page, and applying is idempotent by
+// version. The rules (DESIGN.md Part 2, docs/engine.md):
+//
+//   - no local entity: insert it synced, with the server's id and
+//     version (a deleted record of an absent entity does nothing);
+//   - a local entity without unfinished operations and older than the
+//     change: take the server's data, or remove it locally, synced;
+//   - a local entity WITH unfinished operations: keep the local data
+//     (the user's pending intent wins locally) and remember the server's
+//     record in Entity.Server; the pending operation goes out with the
+//     version its change was made on as baseVersion, and the server's
+//     answer decides;
+//   - a change at or below the version the entity is based on: skip it
+//     (an echo of this device's own write, or a page read again).
+//
+// A full pass (a read from the beginning: a new device, or again after
+// the server said the cursor expired) marks what it sees; at its end,
+// entities of the account that are synced and were not seen are removed
+// (the server no longer holds them). Entities with unfinished local
+// operations are never removed by a pull.
+
+// Change is one record of the server's changes feed, at its latest
+// version.
+type Change struct {
+	EntityType string
+	EntityID   string // the local id: the server's clientId
+	ServerID   string
+	Version    int64
+	Deleted    bool
+	Data       json.RawMessage // absent when Deleted
+	// OperationID is the key of the write that made this version, when
+	// the server knows it.
+	OperationID string
+}
+
+// PullState is an account's place in the changes feed.
+type PullState struct {
+	// Cursor is where the next page starts; empty: the beginning.
+	Cursor string `json:"cursor,omitempty"`
+	// FullPass is set while a read from the beginning is under way: its
+	// end removes the synced entities it did not see.
+	FullPass bool `json:"fullPass,omitempty"`
+	// Received counts the changes applied since the account's pulls
+	// began; Seen counts the records of the current full pass.
+	Received int64 `json:"received,omitempty"`
+	Seen     int64 `json:"seen,omitempty"`
+	// LastPullAt is when the last page was applied.
+	LastPullAt time.Time `json:"lastPullAt,omitzero"`
+}
+
+// PageResult is what ApplyChanges did.
+type PageResult struct {
+	// Applied counts changes taken into local entities (inserted,
+	// updated or removed); Kept, changes remembered beside an entity
+	// with local changes; Skipped, changes at or below what the entity
+	// holds, and changes whose type or id this store cannot hold.
+	Applied, Kept, Skipped int
+	// Removed counts synced entities a full pass ended without seeing.
+	Removed int
+}
+
+// Event data of entity events a pull makes: {"origin":"remote"}.
+var originRemote = json.RawMessage(`{"origin":"remote"}`)
+
+func pullKey(account string) []byte     { return append([]byte("pull\x00"), account...) }
+func pullSeenKey(account string) []byte { return append([]byte("pullseen\x00"), account...) }
+
+// LoadPullState returns account's place in the feed.
+func (s *Store) LoadPullState(account string) (PullState, error) {
+	var st PullState
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketMeta).Get(pullKey(account))
+		if v == nil {
+			return nil
+		}
+		return json.Unmarshal(v, &st)
+	})
+	if err != nil {
+		return st, fmt.Errorf("queue: load pull state: %w", err)
+	}
+	return st, nil
+}
+
+func (tx *txw) savePullState(account string, st PullState) error {
+	v, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	return tx.put(tx.b(bucketMeta), pullKey(account), v)
+}
+
+// RestartPull starts a full pass for account: the next page is read from
+// the beginning, and the pass's end removes what it did not see. The
+// daemon calls it when the server answers that the cursor expired.
+func (s *Store) RestartPull(ctx context.Context, account string) error {
+	return s.update(ctx, func(tx *txw) error {
+		st, err := tx.pullState(account)
+		if err != nil {
+			return err
+		}
+		if err := tx.clearSeen(account); err != nil {
+			return err
+		}
+		st.Cursor, st.FullPass, st.Seen = "", true, 0
+		return tx.savePullState(account, st)
+	})
+}
+
+func (tx *txw) pullState(account string) (PullState, error) {
+	var st PullState
+	if v := tx.b(bucketMeta).Get(pullKey(account)); v != nil {
+		if err := json.Unmarshal(v, &st); err != nil {
+			return st, fmt.Errorf("queue: pull state of %q: %w", account, err)
+		}
+	}
+	return st, nil
+}
+
+// seenBucket is the set of entity keys a full pass has seen, one
+// sub-bucket of the meta bucket per account.
+func (tx *txw) seenBucket(account string, create bool) (*bolt.Bucket, error) {
+	meta := tx.b(bucketMeta)
+	b := meta.Bucket(pullSeenKey(account))
+	if b == nil && create {
+		tx.wrote = true
+		return meta.CreateBucket(pullSeenKey(account))
+	}
+	return b, nil
+}
+
+func (tx *txw) clearSeen(account string) error {
+	if tx.b(bucketMeta).Bucket(pullSeenKey(account)) == nil {
+		return nil
+	}
+	tx.wrote = true
+	return tx.b(bucketMeta).DeleteBucket(pullSeenKey(account))
+}
+
+// ApplyChanges applies one page of account's feed and saves cursor as
+// where the next page starts, in one transaction. last says that the
+// page is the last one the server has now (hasMore false): a full pass
+// then ends. The page read from an empty cursor starts a full pass.
+func (s *Store) ApplyChanges(ctx context.Context, account string, after string, changes []Change, cursor string, last bool) (PageResult, error) {
+	var res PageResult
+	err := s.update(ctx, func(tx *txw) error {
+		res = PageResult{}
+		st, err := tx.pullState(account)
+		if err != nil {
+			return err
+		}
+		if st.Cursor != after {
+			// Another page was applied since this one was asked for (two
+			// pullers would be a bug; a restart of the pass is not):
+			// nothing of it is taken.
+			return fmt.Errorf("%w: the pull cursor moved from %q to %q", ErrPullCursorMoved, after, st.Cursor)
+		}
+		if after == "" && !st.FullPass {
+			if err := tx.clearSeen(account); err != nil {
+				return err
+			}
+			st.FullPass, st.Seen = true, 0
+		}
+		for i := range changes {
+			if err := tx.applyChange(account, &changes[i], st.FullPass, &res); err != nil {
+				return err
+			}
+		}
+		st.Received += int64(res.Applied + res.Kept + res.Skipped)
+		if st.FullPass {
+			st.Seen += int64(len(changes))
+		}
+		if cursor != "" {
+			st.Cursor = cursor
+		}
+		st.LastPullAt = tx.now
+		if st.FullPass && last {
+			n, err := tx.endFullPass(account)
+			if err != nil {
+				return err
+			}
+			res.Removed = n
+			st.FullPass, st.Seen = false, 0
+		}
+		return tx.savePullState(account, st)
+	})
+	return res, err
+}
+
+// ErrPullCursorMoved: ApplyChanges was given a page read after another
+// cursor than the one stored.
+var ErrPullCursorMoved = errors.New("queue: pull cursor moved")
+
+func (tx *txw) applyChange(account string, c *Change, fullPass bool, res *PageResult) error {
+	if ValidateEntityType(c.EntityType) != nil || ValidateEntityID(c.EntityID) != nil || c.Version <= 0 ||
+		(!c.Deleted && (len(c.Data) == 0 || c.Data[0] != '{')) {
+		res.Skipped++
+		tx.s.cfg.Logger.Warn("queue: pulled change skipped: this store cannot hold it",
+			"type", c.EntityType, "id", c.EntityID, "version", c.Version)
+		return nil
+	}
+	if fullPass {
+		seen, err := tx.seenBucket(account, true)
+		if err != nil {
+			return err
+		}
+		if err := tx.put(seen, entityKey(account, c.EntityType, c.EntityID), nil); err != nil {
+			return err
+		}
+	}
+	e, err := tx.loadEntity(account, c.EntityType, c.EntityID)
+	if err != nil {
+		return err
+	}
+	if e == nil {
+		if c.Deleted {
+			res.Skipped++
+			return nil
+		}
+		e = &Entity{AccountID: account, Type: c.EntityType, ID: c.EntityID, Data: c.Data,
+			SyncState: SyncSynced, ServerID: c.ServerID, ServerVersion: c.Version,
+			Version: 1, CreatedAt: tx.now, UpdatedAt: tx.now}
+		if err := tx.saveEntity(e); err != nil {
+			return err
+		}
+		res.Applied++
+		return tx.remoteEvent(e, EventEntityChanged)
+	}
+	known := e.ServerVersion
+	if e.Server != nil {
+		known = max(known, e.Server.Version)
+	}
+	if c.Version <= known {
+		res.Skipped++
+		return nil
+	}
+	head, err := tx.partitionHead(account, c.EntityType, c.EntityID)
+	if err != nil {
+		return err
+	}
+	if head != nil {
+		// Local changes wait to be sent: they win locally; the server's
+		// record is kept beside them.
+		e.Server = &ServerState{Version: c.Version, Deleted: c.Deleted, Data: c.Data}
+		if e.ServerID == "" {
+			e.ServerID = c.ServerID
+		}
+		res.Kept++
+		return tx.saveEntity(e)
+	}
+	res.Applied++
+	if c.Deleted {
+		if err := tx.deleteEntity(account, c.EntityType, c.EntityID); err != nil {
+			return err
+		}
+		e.SyncState = SyncSynced
+		return tx.remoteEvent(e, EventEntityRemoved)
+	}
+	e.Data, e.Deleted, e.Server = c.Data, false, nil
+	e.ServerVersion, e.ServerID = c.Version, c.ServerID
+	e.SyncState, e.SyncError = SyncSynced, ""
+	e.Version++
+	e.UpdatedAt = tx.now
+	// What the server holds is this change's data, not a local
+	// operation's payload.
+	e.SyncedOperationID = ""
+	if err := tx.saveEntity(e); err != nil {
+		return err
+	}
+	return tx.remoteEvent(e, EventEntityChanged)
+}
+
+// endFullPass removes the synced entities of account that the full pass
+// did not see, and drops the pass's marks.
+func (tx *txw) endFullPass(account string) (int, error) {
+	seen, err := tx.seenBucket(account, false)
+	if err != nil {
+		return 0, err
+	}
+	prefix := []byte(account + "\x00")
+	var gone []*Entity
+	c := tx.b(bucketEntities).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if seen != nil && seen.Get(k) != nil {
+			continue
+		}
+		e, err := decodeEntity(k, v)
+		if err != nil {
+			return 0, err
+		}
+		if e.AccountID != account || e.ServerID == "" {
+			continue // never on the server as far as this device knows
+		}
+		gone = append(gone, e)
+	}
+	removed := 0
+	for _, e := range gone {
+		head, err := tx.partitionHead(account, e.Type, e.ID)
+		if err != nil {
+			return 0, err
+		}
+		if head != nil {
+			continue // unsent local changes are never removed by a pull
+		}
+		if err := tx.deleteEntity(account, e.Type, e.ID); err != nil {
+			return 0, err
+		}
+		e.SyncState = SyncSynced
+		if err := tx.remoteEvent(e, EventEntityRemoved); err != nil {
+			return 0, err
+		}
+		removed++
+	}
+	return removed, tx.clearSeen(account)
+}
+
+func (tx *txw) remoteEvent(e *Entity, typ string) error {
+	return tx.event(Event{
+		Type:       typ,
+		AccountID:  e.AccountID,
+		EntityType: e.Type,
+		EntityID:   e.ID,
+		SyncState:  e.SyncState,
+		Data:       originRemote,
+	})
+}
+
+// Conflict records that the server refused the operation id (held by
+// owner) because it holds a newer version of the entity, or deleted it:
+// the operation fails declined (no attempt of it was applied, so the
+// next attempt goes under a new key), and its entity turns conflict with
+// the server's record beside the local data.
+func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, server ServerState) error {
+	return s.update(ctx, func(tx *txw) error {
+		op, err := tx.owned(id, owner, StatePermanentFailed)
+		if err != nil {
+			return err
+		}
+		if err := tx.leaseDel(op); err != nil {
+			return err
+		}
+		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
+		op.LastErrorCode, op.LastError = code, message
+		op.Declined, op.MaybeApplied = true, false
+		if err := tx.setState(op, StatePermanentFailed); err != nil {
+			return err
+		}
+		if err := tx.saveOp(op); err != nil {
+			return err
+		}
+		e, err := tx.loadEntity(op.AccountID, op.EntityType, op.EntityID)
+		if err != nil || e == nil {
+			return err
+		}
+		srv := server
+		if srv.Deleted {
+			srv.Data = nil
+		}
+		if srv.Version <= e.ServerVersion {
+			// An answer without the record's version (a 410): the server
+			// is past the version the change was made on.
+			srv.Version = e.ServerVersion + 1
+		}
+		e.Server = &srv
+		return tx.reconcile(e, true)
+	})
+}
+
+// Resolve values.
+const (
+	TakeServer = "server"
+	TakeLocal  = "local"
+)
+
+// ErrNoConflict: Resolve was asked for an entity that is not in conflict.
+var ErrNoConflict = errors.New("queue: the entity is not in conflict")
+
+// Resolve settles an entity in conflict. TakeServer makes the local
+// entity the server's record (its data, or its removal when the server
+// deleted it) and drops the local changes, none of which reached the
+// server. TakeLocal keeps the local data and sends it again, made on the
+// server's current version: an update (or a delete, if the entity is
+// deleted locally), or a create when the server deleted the record. The
+// returned entity is the result; Removed is set when it left the store.
+func (s *Store) Resolve(ctx context.Context, account, entityType, id, take string) (e Entity, removed bool, err error) {
+	if take != TakeServer && take != TakeLocal {
+		return e, false, fmt.Errorf("%w: take must be %q or %q", ErrInvalidWrite, TakeServer, TakeLocal)
+	}
+	err = s.update(ctx, func(tx *txw) error {
+		removed = false
+		ent, err := tx.loadEntity(account, entityType, id)
+		if err != nil {
+			return err
+		}
+		if ent == nil {
+			return fmt.Errorf("%w: %s/%s", ErrEntityNotFound, entityType, id)
+		}
+		if ent.SyncState != SyncConflict || ent.Server == nil {
+			return fmt.Errorf("%w: %s/%s is %s", ErrNoConflict, entityType, id, ent.SyncState)
+		}
+		srv := *ent.Server
+		ops, err := tx.partitionOps(account, entityType, id)
+		if err != nil {
+			return err
+		}
+		for _, o := range ops {
+			if err := tx.purgeOp(o); err != nil {
+				return err
+			}
+		}
+		ent.Server, ent.ServerVersion = nil, srv.Version
+		ent.SyncedOperationID = ""
+		if take == TakeServer {
+			if srv.Deleted {
+				if err := tx.deleteEntity(account, entityType, id); err != nil {
+					return err
+				}
+				removed = true
+				ent.SyncState = SyncSynced
+				e = *ent
+				return tx.entityEvent(ent, EventEntityRemoved)
+			}
+			ent.Data, ent.Deleted = srv.Data, false
+			ent.Version++
+			ent.UpdatedAt = tx.now
+			e = *ent
+			if err := tx.reconcile(ent, true); err != nil {
+				return err
+			}
+			e = *ent
+			return nil
+		}
+		// Take local: a new operation on the server's current version.
+		typ := OpUpdate
+		switch {
+		case ent.Deleted && srv.Deleted:
+			// Both sides deleted it: nothing to send.
+			if err := tx.deleteEntity(account, entityType, id); err != nil {
+				return err
+			}
+			removed = true
+			e = *ent
+			return tx.entityEvent(ent, EventEntityRemoved)
+		case ent.Deleted:
+			typ = OpDelete
+		case srv.Deleted:
+			typ = OpCreate
+			ent.ServerVersion = srv.Version // the create revives the record
+		}
+		if typ != OpDelete {
+			if err := tx.roomForWrite(); err != nil {
+				return err
+			}
+		}
+		ent.Version++
+		ent.UpdatedAt = tx.now
+		ent.LastOperationID = uuid.NewString()
+		ent.SyncState, ent.SyncError = SyncPending, ""
+		op, err := tx.newOperation(ent, typ, ent.LastOperationID, "")
+		if err != nil {
+			return err
+		}
+		if err := tx.saveEntity(ent); err != nil {
+			return err
+		}
+		if err := tx.insertOperation(op, true); err != nil {
+			return err
+		}
+		if err := tx.opEvent(op); err != nil {
+			return err
+		}
+		e = *ent
+		return tx.entityEvent(ent, EventEntityChanged)
+	})
+	return e, removed, err
+}

@@ -1,0 +1,138 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// The changes feed: GET {BaseURL}/v1/changes?after=&limit=&wait=, the
+// server's changes to the account's records, in the order it applied
+// them (DESIGN.md Part 2, "Changes feed").
+
+// Limits of a changes request.
+const (
+	// DefaultChangesLimit is the page size asked for.
+	DefaultChangesLimit = 500
+	// MaxChangesLimit is the largest page a server is asked for.
+	MaxChangesLimit = 1000
+	// MaxChangesWait is the longest long poll asked for.
+	MaxChangesWait = 60 * time.Second
+	// ChangesPath is the feed's route, relative to Config.BaseURL.
+	ChangesPath = "/v1/changes"
+)
+
+// Errors of Changes.
+var (
+	// ErrNoFeed: the remote answered 404: it has no changes feed. The
+	// daemon keeps pushing and does not pull.
+	ErrNoFeed = errors.New("transport: the remote has no changes feed")
+	// ErrCursorExpired: the remote answered 410 cursor_expired: it no
+	// longer keeps what the cursor needs. Read again from the beginning.
+	ErrCursorExpired = errors.New("transport: changes cursor expired")
+	// ErrUnauthorized: the remote refused the token (401).
+	ErrUnauthorized = errors.New("transport: token refused")
+)
+
+// Change is one record of the feed, at its latest version.
+type Change struct {
+	Type        string          `json:"type"`
+	ID          string          `json:"id"`       // the server's id
+	ClientID    string          `json:"clientId"` // the local id
+	Version     int64           `json:"version"`
+	Deleted     bool            `json:"deleted,omitempty"`
+	Data        json.RawMessage `json:"data,omitempty"`
+	UpdatedAt   time.Time       `json:"updatedAt"`
+	OperationID string          `json:"operationId,omitempty"`
+}
+
+// ChangesPage is one answer of the feed.
+type ChangesPage struct {
+	Changes []Change `json:"changes"`
+	Cursor  string   `json:"cursor"`
+	HasMore bool     `json:"hasMore"`
+}
+
+// Changes reads one page of the feed after cursor (empty: from the
+// beginning) for the account whose token is given. wait > 0 asks the
+// server to hold the request up to that long when nothing is new (a long
+// poll); the request's timeout is Config.Timeout on top of it. A 404 is
+// ErrNoFeed, a 410 ErrCursorExpired, a 401 ErrUnauthorized; any other
+// failure is an error worth retrying later.
+func (c *Client) Changes(ctx context.Context, token, cursor string, limit int, wait time.Duration) (ChangesPage, error) {
+	var page ChangesPage
+	if err := ValidateToken(token); err != nil {
+		return page, fmt.Errorf("%w: the token %v", ErrInvalidToken, err)
+	}
+	limit = min(max(limit, 1), MaxChangesLimit)
+	wait = min(max(wait, 0), MaxChangesWait)
+	q := url.Values{}
+	if cursor != "" {
+		q.Set("after", cursor)
+	}
+	q.Set("limit", strconv.Itoa(limit))
+	if wait > 0 {
+		q.Set("wait", strconv.Itoa(int(wait/time.Second)))
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout+wait, ErrTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+ChangesPath+"?"+q.Encode(), nil)
+	if err != nil {
+		return page, fmt.Errorf("transport: changes: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrTimeout) {
+			err = ErrTimeout
+		}
+		return page, fmt.Errorf("transport: changes: %w", err)
+	}
+	defer resp.Body.Close()
+	body, truncated, err := readBody(resp.Body, c.maxBody*4)
+	if err != nil {
+		return page, fmt.Errorf("transport: changes: reading the answer: %w", err)
+	}
+	code, msg := errorBody(body)
+	switch {
+	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusNotFound && code != "cursor_expired":
+		return page, ErrNoFeed
+	case resp.StatusCode == http.StatusGone || code == "cursor_expired":
+		return page, ErrCursorExpired
+	case resp.StatusCode == http.StatusUnauthorized:
+		return page, ErrUnauthorized
+	default:
+		return page, fmt.Errorf("transport: changes: %d %s %s: %w", resp.StatusCode, code, msg, ErrStatus)
+	}
+	if truncated {
+		return page, fmt.Errorf("transport: changes: a page over %d bytes: %w", c.maxBody*4, ErrResponseTooLarge)
+	}
+	// A 200 that is not a changes page (no "changes" array or no
+	// "cursor": a catch-all route, a list of records of a type named
+	// "changes") is no feed: taking it as an empty one would end a full
+	// pass and remove every synced entity.
+	var shape struct {
+		Changes json.RawMessage `json:"changes"`
+		Cursor  *string         `json:"cursor"`
+	}
+	if err := json.Unmarshal(body, &shape); err != nil || len(shape.Changes) == 0 || shape.Changes[0] != '[' || shape.Cursor == nil {
+		return page, fmt.Errorf("%w: GET %s answered 200 with something else than a changes page", ErrNoFeed, ChangesPath)
+	}
+	if err := json.Unmarshal(body, &page); err != nil {
+		return page, fmt.Errorf("transport: changes: %w: %v", ErrInvalidResponse, err)
+	}
+	for i, c := range page.Changes {
+		if c.Type == "" || c.ClientID == "" || c.Version <= 0 {
+			return ChangesPage{}, fmt.Errorf("transport: changes: change %d lacks its type, clientId or version: %w", i, ErrInvalidResponse)
+		}
+	}
+	return page, nil
+}

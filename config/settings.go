@@ -87,6 +87,9 @@ type Settings struct {
 	// answer 507 storage_full until the queue drains. Default 2 GiB; 0:
 	// no limit.
 	MaxQueueBytes int64 `json:"maxQueueBytes"`
+	// Pull says whether the server's changes are pulled into the local
+	// store: auto (when the remote has a changes feed), on or off.
+	Pull string `json:"pull"`
 	// LockTimeout is how long a start waits for another syncd to release
 	// the data directory before giving up.
 	LockTimeout time.Duration `json:"lockTimeout"`
@@ -115,6 +118,7 @@ func Defaults(scope Scope, getenv func(string) string) Settings {
 		DoneRetention:   queue.DefaultDoneRetention,
 		MaxDataBytes:    queue.DefaultMaxDataBytes,
 		MaxQueueBytes:   queue.DefaultMaxQueueBytes,
+		Pull:            string(daemon.PullAuto),
 		LockTimeout:     queue.DefaultLockTimeout,
 		ShutdownTimeout: DefaultShutdownTimeout,
 		LogLevel:        DefaultLogLevel,
@@ -218,6 +222,11 @@ func (s *Settings) finish() error {
 	}
 	if s.MaxBodyBytes <= int64(s.MaxDataBytes) {
 		return fmt.Errorf("%w: maxBodyBytes %d: want more than maxDataBytes (%d)", ErrInvalid, s.MaxBodyBytes, s.MaxDataBytes)
+	}
+	switch daemon.PullMode(s.Pull) {
+	case daemon.PullAuto, daemon.PullOn, daemon.PullOff:
+	default:
+		return fmt.Errorf("%w: pull %q: want auto, on or off", ErrInvalid, s.Pull)
 	}
 	switch s.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -121,10 +121,6 @@ func (d *Daemon) pullStatus(account string) PullStatus {
 	return ps
 }
 
-// EventPullState is appended when the pull's state changes; Data is
-// {"state": ..., "error"?: ...}.
-const EventPullState = "pull.state"
-
 // runPuller is the puller goroutine; it returns when the daemon stops.
 func (d *Daemon) runPuller(soft context.Context) {
 	defer d.life.wg.Done()
@@ -190,8 +186,12 @@ func (d *Daemon) runPuller(soft context.Context) {
 			continue
 		case errors.Is(err, transport.ErrUnauthorized), errors.Is(err, transport.ErrInvalidToken):
 			if d.refreshNeeded(s) {
-				d.logger.Warn("daemon: the server refused the session's token; pulling and sending are paused until a new token is set", "account", s.account)
-				data, _ := json.Marshal(map[string]string{"reason": transport.CodeUnauthorized})
+				reason := transport.CodeUnauthorized
+				if errors.Is(err, transport.ErrInvalidToken) {
+					reason = transport.CodeInvalidToken
+				}
+				d.logger.Warn("daemon: the server refused the session's token, or it cannot be sent; pulling and sending are paused until a new token is set", "account", s.account, "reason", reason)
+				data, _ := json.Marshal(map[string]string{"reason": reason})
 				if _, err := d.store.AppendEvent(context.Background(), queue.Event{Type: EventSessionRefreshNeeded, AccountID: s.account, Data: data}); err != nil {
 					d.logger.Error("daemon: append event", "type", EventSessionRefreshNeeded, "err", err)
 				}
@@ -236,23 +236,10 @@ func (d *Daemon) runPuller(soft context.Context) {
 	}
 }
 
-// setPullState records the pull's state and, when it changed, appends a
-// pull.state event.
+// setPullState records the pull's state, for Status. (Not an event: a
+// write to the change log at every long poll's end would cost a commit.)
 func (d *Daemon) setPullState(state, lastErr string) {
-	d.pull.mu.Lock()
-	changed := d.pull.state != state
-	d.pull.state, d.pull.lastErr = state, lastErr
-	d.pull.mu.Unlock()
-	if !changed {
-		return
-	}
-	data, _ := json.Marshal(struct {
-		State string `json:"state"`
-		Error string `json:"error,omitempty"`
-	}{state, lastErr})
-	if _, err := d.store.AppendEvent(context.Background(), queue.Event{Type: EventPullState, Data: data}); err != nil {
-		d.logger.Error("daemon: append event", "type", EventPullState, "err", err)
-	}
+	d.pull.set(state, lastErr)
 }
 
 // pullBackoff records a failed read and waits before the next, with

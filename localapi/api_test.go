@@ -351,6 +351,9 @@ func (f fakeStore) Retry(context.Context, string) (queue.Operation, error) {
 	return queue.Operation{}, f.err
 }
 func (f fakeStore) Discard(context.Context, string) error { return f.err }
+func (f fakeStore) Resolve(context.Context, string, string, string, string) (queue.Entity, bool, error) {
+	return queue.Entity{}, false, f.err
+}
 
 // TestInternalErrors: an unexpected error is a 500 with a generic
 // message, logged, never shown to the client.

@@ -283,3 +283,58 @@ func entityListOptions(r *http.Request) (queue.ListOptions, error) {
 	}
 	return opts, nil
 }
+
+// resolveAnswer is the answer to a resolve: the entity as it is now, and
+// the operation the resolution queued (none when taking the server's
+// record). Removed is set when the entity left the store (the server
+// deleted it and that was taken, or both sides deleted it).
+type resolveAnswer struct {
+	queue.Entity
+	OperationID string `json:"operationId,omitempty"`
+	Removed     bool   `json:"removed,omitempty"`
+}
+
+// POST /v1/entities/{type}/{id}/resolve {"take":"server"|"local"} → 200
+// the entity. Only an entity in conflict can be resolved (409
+// no_conflict otherwise).
+func (s *Server) resolveEntity(w http.ResponseWriter, r *http.Request) {
+	typ, id, err := entityPath(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var take string
+	if _, err := s.parseWrite(r, &field{name: "take", dst: &take, required: true}); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if take != queue.TakeServer && take != queue.TakeLocal {
+		s.fail(w, r, badRequest(CodeInvalidRequest, `take must be "server" or "local"`))
+		return
+	}
+	if err := s.lookupType(typ); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var (
+		e       queue.Entity
+		removed bool
+	)
+	err = s.d.AccountWrite(func(account string) error {
+		e, removed, err = s.store.Resolve(r.Context(), account, typ, id, take)
+		return err
+	})
+	if errors.Is(err, daemon.ErrNoSession) {
+		err = errNoSession
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.d.Notify()
+	ans := resolveAnswer{Entity: e, Removed: removed}
+	if take == queue.TakeLocal && !removed {
+		ans.OperationID = e.LastOperationID
+	}
+	writeJSON(w, http.StatusOK, ans)
+}

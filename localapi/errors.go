@@ -47,6 +47,7 @@ const (
 	CodeIllegalTransition    = "illegal_transition"     // 409: retry/discard of an operation not failed
 	CodeNotPurgeable         = "not_purgeable"          // 409: purge refused, unsynced operations
 	CodePurgeInProgress      = "purge_in_progress"      // 409: sign-in of an account whose purge has not finished
+	CodeNoConflict           = "no_conflict"            // 409: resolve of an entity that is not in conflict
 	CodeKeyReused            = "idempotency_key_reused" // 422: Idempotency-Key used for another request
 	CodeUpgradeRequired      = "upgrade_required"       // 426: GET /v1/events without a WebSocket handshake
 	CodeInternal             = "internal"               // 500
@@ -133,6 +134,8 @@ func classify(err error) (status int, code string) {
 		return http.StatusConflict, CodeNotPurgeable
 	case errors.Is(err, queue.ErrPurging):
 		return http.StatusConflict, CodePurgeInProgress
+	case errors.Is(err, queue.ErrNoConflict):
+		return http.StatusConflict, CodeNoConflict
 	case errors.Is(err, daemon.ErrNoSession):
 		return http.StatusConflict, CodeNoSession
 	case errors.Is(err, queue.ErrStorageFull):

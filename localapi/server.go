@@ -71,6 +71,7 @@ type Store interface {
 	ListOperations(opts queue.ListOptions) ([]queue.Operation, string, error)
 	Retry(ctx context.Context, id string) (queue.Operation, error)
 	Discard(ctx context.Context, id string) error
+	Resolve(ctx context.Context, account, entityType, id, take string) (queue.Entity, bool, error)
 }
 
 // Config configures a Server. Daemon and Token are required; the zero
@@ -282,6 +283,7 @@ func (s *Server) routeTable() []route {
 		{"GET /v1/entities/{type}/{id}", http.HandlerFunc(s.getEntity)},
 		{"PATCH /v1/entities/{type}/{id}", http.HandlerFunc(s.updateEntity)},
 		{"DELETE /v1/entities/{type}/{id}", http.HandlerFunc(s.deleteEntity)},
+		{"POST /v1/entities/{type}/{id}/resolve", http.HandlerFunc(s.resolveEntity)},
 
 		{"GET /v1/operations", http.HandlerFunc(s.listOperations)},
 		{"GET /v1/operations/{id}", http.HandlerFunc(s.getOperation)},

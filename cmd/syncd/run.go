@@ -138,6 +138,7 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 		// The lease outlives the request timeout as the default does
 		// transport's (a send is cut off at two thirds of it).
 		Lease: 3 * rc.RequestTimeout,
+		Pull:  daemon.PullMode(rc.Pull),
 	})
 	if err != nil {
 		return fmt.Errorf("run: %w", err)

@@ -45,7 +45,7 @@ type Options struct {
 	// set; BaseURL is filled in.
 	Transport transport.Config
 	// Daemon is the daemon's config; Store, Transport and Logger are
-	// filled in.
+	// filled in. Pull is off unless set.
 	Daemon daemon.Config
 	// StoredSession, when set, is written into the data file before the
 	// daemon starts, as a data file from an earlier run holds it: it is
@@ -108,6 +108,11 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	dcfg := o.Daemon
 	dcfg.Store = store
+	if dcfg.Pull == "" {
+		// API tests watch the events and requests of what they do; a
+		// puller's would be among them. Pull tests set Daemon.Pull.
+		dcfg.Pull = daemon.PullOff
+	}
 	if dcfg.Logger == nil {
 		dcfg.Logger = logger
 	}

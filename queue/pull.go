@@ -219,7 +219,8 @@ func (tx *txw) applyChange(account string, c *Change, fullPass bool, res *PageRe
 		if err != nil {
 			return err
 		}
-		if err := tx.put(seen, entityKey(account, c.EntityType, c.EntityID), nil); err != nil {
+		// Not an empty value: bbolt's Get answers nil for one.
+		if err := tx.put(seen, entityKey(account, c.EntityType, c.EntityID), []byte{1}); err != nil {
 			return err
 		}
 	}

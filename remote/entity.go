@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/syncd/syncd/changefeed"
+	"github.com/syncd/syncd/idempotency"
 )
 
 // Entity is one record of the reference server, as its routes answer it.
@@ -25,6 +30,25 @@ type Entity struct {
 	// answers 410, a create with their clientId brings them back.
 	Deleted   bool       `json:"deleted,omitempty"`
 	DeletedAt *time.Time `json:"deletedAt,omitempty"`
+	// Version counts the record's applied writes: 1 at create, +1 per
+	// update, delete and revival.
+	Version int64 `json:"version"`
+	// OperationID is the Idempotency-Key of the write that made this
+	// version.
+	OperationID string `json:"operationId,omitempty"`
+	// seq is the record's position in its actor's changes feed, set by
+	// the storage at each write.
+	seq int64
+}
+
+// change is the entity as the changes feed shows it.
+func (e *Entity) change() changefeed.Change {
+	c := changefeed.Change{Type: e.Type, ID: e.ID, ClientID: e.ClientID, Version: e.Version, Deleted: e.Deleted,
+		UpdatedAt: e.UpdatedAt, OperationID: e.OperationID}
+	if !e.Deleted {
+		c.Data = e.Data
+	}
+	return c
 }
 
 const maxClientIDLength = 255
@@ -42,6 +66,39 @@ type createRequest struct {
 type updateRequest struct {
 	Data           json.RawMessage `json:"data"`
 	PayloadVersion int64           `json:"payloadVersion"`
+	// BaseVersion is the version the client's change was made on;
+	// absent: the client does not say, and the write is applied.
+	BaseVersion *int64 `json:"baseVersion"`
+}
+
+// operationKey is the request's Idempotency-Key, as the gate reads it.
+func operationKey(r *http.Request) string {
+	k := strings.TrimSpace(r.Header.Get(idempotency.HeaderKey))
+	if len(k) >= 2 && k[0] == '"' && k[len(k)-1] == '"' {
+		k = k[1 : len(k)-1]
+	}
+	return k
+}
+
+// conflictAnswer is the 409 version_conflict body: the error and the
+// record as the server holds it.
+type conflictAnswer struct {
+	Error   errorBody `json:"error"`
+	Current *Entity   `json:"current"`
+}
+
+// refuses reports whether the type's conflict policy refuses a write made
+// on base when the record is at current: policy reject, a base given and
+// below the current version.
+func (s *Server) refuses(typ string, base *int64, current int64) bool {
+	return base != nil && *base < current && (s.reject[typ] || s.reject["*"])
+}
+
+func (s *Server) writeConflict(w http.ResponseWriter, typ string, e *Entity) {
+	writeJSON(w, http.StatusConflict, conflictAnswer{
+		Error:   errorBody{Code: CodeVersionConflict, Message: "this " + typ + " changed since the version the change was made on; the current record is in \"current\""},
+		Current: e,
+	})
 }
 
 // validData checks that data is a JSON object and not marked with the
@@ -122,6 +179,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	e := &Entity{
 		ID: uuid.NewString(), ClientID: req.ClientID, Type: typ, Data: data,
 		PayloadVersion: req.PayloadVersion, CreatedAt: now, UpdatedAt: now,
+		OperationID: operationKey(r),
 	}
 	existing, err := s.store.create(r.Context(), actor, e)
 	if err != nil {
@@ -136,9 +194,13 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, e)
 }
 
-// handleUpdate: PATCH /v1/{type}/{id} {data, payloadVersion} replaces
-// data. A payloadVersion lower than the stored one is ignored: 200 with
-// the current entity.
+// handleUpdate: PATCH /v1/{type}/{id} {data, payloadVersion,
+// baseVersion?} replaces data and bumps the version. Last writer wins,
+// in arrival order; for a type whose policy is reject, a baseVersion
+// below the current version answers 409 version_conflict with the
+// current record. (payloadVersion no longer decides anything: a second
+// device counts its own versions, and ignoring its lower one dropped its
+// edit silently.)
 func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) {
 	typ, ok := pathType(w, r)
 	if !ok {
@@ -155,16 +217,20 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, CodeValidation, msg)
 		return
 	}
-	var gone bool
+	var gone, conflict bool
+	key := operationKey(r)
 	e, err := s.store.update(r.Context(), actor, typ, r.PathValue("id"), func(e *Entity) bool {
 		if e.Deleted {
 			gone = true
 			return false
 		}
-		if req.PayloadVersion < e.PayloadVersion {
+		if s.refuses(typ, req.BaseVersion, e.Version) {
+			conflict = true
 			return false
 		}
 		e.Data, e.PayloadVersion, e.UpdatedAt = data, req.PayloadVersion, s.now()
+		e.Version++
+		e.OperationID = key
 		return true
 	})
 	switch {
@@ -174,25 +240,74 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 	case gone:
 		writeError(w, r, http.StatusGone, CodeGone, "this "+typ+" was deleted")
+	case conflict:
+		s.writeConflict(w, typ, e)
 	default:
 		writeJSON(w, http.StatusOK, e)
 	}
 }
 
-// handleDelete: DELETE /v1/{type}/{id} marks the entity deleted and
-// answers it; deleting a deleted entity answers it again.
+// baseVersionOf reads a delete's baseVersion: ?baseVersion=N, or a JSON
+// body {"baseVersion": N}. ok is false (and the answer written) when it
+// is malformed.
+func baseVersionOf(w http.ResponseWriter, r *http.Request) (base *int64, ok bool) {
+	if v := r.URL.Query().Get("baseVersion"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, r, http.StatusBadRequest, CodeValidation, "baseVersion must be a whole number")
+			return nil, false
+		}
+		return &n, true
+	}
+	if r.ContentLength == 0 || r.Body == nil {
+		return nil, true
+	}
+	var body struct {
+		BaseVersion *int64 `json:"baseVersion"`
+	}
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeError(w, r, http.StatusBadRequest, CodeValidation, "reading the body failed")
+		return nil, false
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, true
+	}
+	if err := json.Unmarshal(raw, &body); err != nil {
+		writeError(w, r, http.StatusBadRequest, CodeValidation, "the body must be a JSON object")
+		return nil, false
+	}
+	return body.BaseVersion, true
+}
+
+// handleDelete: DELETE /v1/{type}/{id}[?baseVersion=N] marks the entity
+// deleted (a tombstone, kept for the changes feed), bumps its version
+// and answers it; deleting a deleted entity answers it again. The
+// type's conflict policy applies as for an update.
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 	typ, ok := pathType(w, r)
 	if !ok {
 		return
 	}
+	base, ok := baseVersionOf(w, r)
+	if !ok {
+		return
+	}
 	actor, _ := ActorFromContext(r.Context())
+	key := operationKey(r)
+	var conflict bool
 	e, err := s.store.update(r.Context(), actor, typ, r.PathValue("id"), func(e *Entity) bool {
 		if e.Deleted {
 			return false
 		}
+		if s.refuses(typ, base, e.Version) {
+			conflict = true
+			return false
+		}
 		now := s.now()
 		e.Deleted, e.DeletedAt, e.UpdatedAt = true, &now, now
+		e.Version++
+		e.OperationID = key
 		return true
 	})
 	switch {
@@ -200,6 +315,8 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusNotFound, CodeNotFound, "no "+typ+" with this id")
 	case err != nil:
 		s.internal(w, r, err)
+	case conflict:
+		s.writeConflict(w, typ, e)
 	default:
 		writeJSON(w, http.StatusOK, e)
 	}

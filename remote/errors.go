@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+
+	"github.com/syncd/syncd/changefeed"
 )
 
 // Configuration errors, returned by New.
@@ -36,18 +38,25 @@ const (
 	CodeGone         = "gone"         // 410: update of a deleted entity
 	CodeUnauthorized = "unauthorized" // 401: missing or unknown bearer token
 	CodeInternal     = "internal"     // 500
+	// 409: the type's conflict policy is reject and the write's
+	// baseVersion is below the record's version; "current" holds it.
+	CodeVersionConflict = "version_conflict"
+	CodeInvalidCursor   = changefeed.CodeInvalidCursor // 400: GET /v1/changes with a cursor this server did not give
+	CodeCursorExpired   = changefeed.CodeCursorExpired // 410: the tombstones the cursor needs were swept
 )
+
+// errorBody is the inside of an {"error":{...}} answer.
+type errorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
 
 // writeError is the one function that writes error answers, for the
 // handlers and (through idempotency.Config.WriteError) the gate.
 func writeError(w http.ResponseWriter, _ *http.Request, status int, code, message string) {
-	type errBody struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}
 	writeJSON(w, status, struct {
-		Error errBody `json:"error"`
-	}{errBody{code, message}})
+		Error errorBody `json:"error"`
+	}{errorBody{code, message}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -207,14 +207,19 @@ func TestEntityRoutes(t *testing.T) {
 		if upd.status != http.StatusOK || string(ue.Data) != `{"a":3}` || ue.PayloadVersion != 3 || !ue.UpdatedAt.After(ue.CreatedAt) {
 			t.Fatalf("update: %d %s", upd.status, upd.body)
 		}
-		stale := h.must(t, "PATCH", "/v1/notes/"+e.ID, tok, newKey(), `{"data":{"a":2},"payloadVersion":2}`)
-		if stale.status != http.StatusOK || string(entityOf(t, stale).Data) != `{"a":3}` {
-			t.Fatalf("stale update: %d %s", stale.status, stale.body)
+		if ue.Version != 2 || ue.OperationID == "" {
+			t.Fatalf("update's version %d, operationId %q", ue.Version, ue.OperationID)
+		}
+		// A lower payloadVersion (another device counts its own) is
+		// applied: last writer wins, nothing dropped silently.
+		other := h.must(t, "PATCH", "/v1/notes/"+e.ID, tok, newKey(), `{"data":{"a":2},"payloadVersion":2}`)
+		if oe := entityOf(t, other); other.status != http.StatusOK || string(oe.Data) != `{"a":2}` || oe.Version != 3 {
+			t.Fatalf("another device's update: %d %s", other.status, other.body)
 		}
 
 		del := h.must(t, "DELETE", "/v1/notes/"+e.ID, tok, newKey(), "")
 		de := entityOf(t, del)
-		if del.status != http.StatusOK || !de.Deleted || de.DeletedAt == nil {
+		if del.status != http.StatusOK || !de.Deleted || de.DeletedAt == nil || de.Version != 4 {
 			t.Fatalf("delete: %d %s", del.status, del.body)
 		}
 		if r := h.must(t, "GET", "/v1/notes/"+e.ID, tok, "", ""); !entityOf(t, r).Deleted {

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/syncd/syncd/changefeed"
+	"github.com/syncd/syncd/changefeed/pgfeed"
 	"github.com/syncd/syncd/idempotency"
 	"github.com/syncd/syncd/idempotency/boltstore"
 	"github.com/syncd/syncd/idempotency/pgstore"
@@ -27,6 +29,9 @@ const (
 	// DefaultShutdownTimeout bounds how long Run waits for requests in
 	// progress when its context ends.
 	DefaultShutdownTimeout = 5 * time.Second
+	// DefaultTombstoneRetention is how long deleted records are kept for
+	// the changes feed.
+	DefaultTombstoneRetention = 30 * 24 * time.Hour
 )
 
 // Config configures a Server. Exactly one storage must be named: a bbolt
@@ -63,6 +68,15 @@ type Config struct {
 	// Retention is how long idempotency records are kept
 	// (idempotency.DefaultRetention).
 	Retention time.Duration
+	// TombstoneRetention is how long deleted records are kept for the
+	// changes feed (DefaultTombstoneRetention). A device whose cursor
+	// is older than that reads everything again (410 cursor_expired).
+	TombstoneRetention time.Duration
+	// RejectConflicts lists the entity types whose conflict policy is
+	// reject: an update or delete made on a version older than the
+	// record's answers 409 version_conflict with the current record.
+	// "*" names every type. The others are last-writer-wins.
+	RejectConflicts []string
 	// SweepInterval is how often expired records are deleted
 	// (idempotency.DefaultSweepInterval).
 	SweepInterval time.Duration
@@ -103,6 +117,12 @@ type Server struct {
 	conflict prometheus.Counter
 	handler  http.Handler
 
+	reject   map[string]bool      // types whose conflict policy is reject
+	notifier *changefeed.Notifier // wakes long polls of the changes feed
+	listener *pgfeed.Listener     // PostgreSQL: NOTIFY from every replica
+	tombStop context.CancelFunc   // ends the tombstone sweep loop
+	tombDone chan struct{}
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -119,7 +139,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.DevTokens)}
+	if cfg.TombstoneRetention <= 0 {
+		cfg.TombstoneRetention = DefaultTombstoneRetention
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = idempotency.DefaultSweepInterval
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.DevTokens),
+		reject: make(map[string]bool), notifier: &changefeed.Notifier{}}
+	for _, t := range cfg.RejectConflicts {
+		s.reject[t] = true
+	}
 	if err := s.openStorage(context.Background()); err != nil {
 		return nil, err
 	}
@@ -169,11 +199,54 @@ func New(cfg Config) (*Server, error) {
 	if cfg.LoopbackHostsOnly {
 		s.handler = loopbackHostsOnly(s.handler)
 	}
+	if pg, ok := s.store.(*pgEntities); ok {
+		s.listener = pgfeed.NewListener(pg.pool, s.notifier, cfg.Logger)
+		if err := s.listener.Start(context.Background()); err != nil {
+			s.listener.Stop()
+			s.store.close()
+			return nil, fmt.Errorf("remote: LISTEN for the changes feed: %w", err)
+		}
+	}
 	if err := s.sweeper.Start(context.Background()); err != nil {
+		if s.listener != nil {
+			s.listener.Stop()
+		}
 		s.store.close()
 		return nil, err
 	}
+	s.startTombstoneSweep()
 	return s, nil
+}
+
+// startTombstoneSweep starts the loop that deletes tombstones older than
+// TombstoneRetention, every SweepInterval.
+func (s *Server) startTombstoneSweep() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.tombStop, s.tombDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.tombDone)
+		t := time.NewTicker(s.cfg.SweepInterval)
+		defer t.Stop()
+		for {
+			if n, err := s.SweepTombstones(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("remote: tombstone sweep failed", "err", err)
+			} else if n > 0 {
+				s.log.Debug("remote: swept tombstones", "count", n)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// SweepTombstones deletes the deleted records older than
+// TombstoneRetention (the sweep loop does this every SweepInterval).
+// Cursors from before them then answer 410 cursor_expired.
+func (s *Server) SweepTombstones(ctx context.Context) (int, error) {
+	return s.store.sweepTombstones(ctx, s.cfg.Now().Add(-s.cfg.TombstoneRetention))
 }
 
 func (s *Server) openStorage(ctx context.Context) error {
@@ -199,7 +272,7 @@ func (s *Server) openStorage(ctx context.Context) error {
 		idem, err := boltstore.New(db)
 		if err == nil {
 			var es *boltEntities
-			if es, err = newBoltEntities(db, own); err == nil {
+			if es, err = newBoltEntities(db, own, s.notifier); err == nil {
 				s.store, s.idem = es, idem
 				return nil
 			}
@@ -264,6 +337,20 @@ func (s *Server) routes(wrap func(http.Handler) http.Handler) http.Handler {
 	api.Handle("DELETE /v1/{type}/{id}", wrap(http.HandlerFunc(s.handleDelete)))
 	api.HandleFunc("GET /v1/{type}/{id}", s.handleGet)
 	api.HandleFunc("GET /v1/{type}", s.handleList)
+	api.Handle("GET /v1/changes", changefeed.Handler(changefeed.Config{
+		Source:   s.store,
+		Notifier: s.notifier,
+		Actor: func(r *http.Request) (string, error) {
+			if a, ok := ActorFromContext(r.Context()); ok {
+				return a, nil
+			}
+			return "", errors.New("no actor")
+		},
+		WriteError: writeError,
+	}))
+	api.HandleFunc("GET /v1/capabilities", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"changes": true})
+	})
 
 	root := http.NewServeMux()
 	root.Handle("/v1/", s.auth.wrap(api))
@@ -296,6 +383,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	// Long polls of the changes feed answer at once when the shutdown
+	// begins, instead of holding it up to their wait.
+	srv.RegisterOnShutdown(s.notifier.Close)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -322,7 +412,15 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 // BoltDB or PostgresPool passed in Config). Safe to call twice.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.notifier.Close() // long polls answer now
 		s.sweeper.Stop(context.Background())
+		if s.tombStop != nil {
+			s.tombStop()
+			<-s.tombDone
+		}
+		if s.listener != nil {
+			s.listener.Stop()
+		}
 		s.closeErr = s.store.close()
 	})
 	return s.closeErr

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/syncd/syncd/changefeed"
 	"github.com/syncd/syncd/idempotency/boltstore"
 	bolt "go.etcd.io/bbolt"
 )
@@ -29,6 +30,12 @@ type entityStore interface {
 	// list returns the entity with clientID, or with clientID "" up to
 	// limit entities of the type.
 	list(ctx context.Context, actor, typ, clientID string, limit int) ([]Entity, error)
+	// Changes serves the changes feed (changefeed.Source): positions are
+	// the actor's write sequence, in commit order.
+	changefeed.Source
+	// sweepTombstones deletes deleted records older than before and
+	// raises their actors' horizons.
+	sweepTombstones(ctx context.Context, before time.Time) (int, error)
 	close() error
 }
 
@@ -36,26 +43,62 @@ type entityStore interface {
 //
 //	remote_entities:   id -> JSON boltEntity
 //	remote_client_ids: uvarint-length-prefixed actor | type, then clientId -> id
+//	remote_seq:        actor -> 8-byte big-endian: the actor's last feed position
+//	remote_changes:    uvarint-length-prefixed actor | 8-byte position -> id
+//	remote_horizon:    actor -> 8-byte position: tombstones at or below it were swept
+//
+// bbolt runs one write transaction at a time, so positions grow in
+// commit order.
 var (
 	bucketEntities  = []byte("remote_entities")
 	bucketClientIDs = []byte("remote_client_ids")
+	bucketSeq       = []byte("remote_seq")
+	bucketChanges   = []byte("remote_changes")
+	bucketHorizon   = []byte("remote_horizon")
 )
 
-// boltEntity is an Entity as stored, with its actor.
+// boltEntity is an Entity as stored, with its actor and feed position.
 type boltEntity struct {
 	Entity
 	Actor string `json:"actor"`
+	Seq   int64  `json:"seq,omitempty"`
 }
 
 type boltEntities struct {
-	db    *bolt.DB
-	ownDB bool
+	db       *bolt.DB
+	ownDB    bool
+	notifier *changefeed.Notifier
 }
 
-func newBoltEntities(db *bolt.DB, own bool) (*boltEntities, error) {
+func newBoltEntities(db *bolt.DB, own bool, n *changefeed.Notifier) (*boltEntities, error) {
+	s := &boltEntities{db: db, ownDB: own, notifier: n}
 	err := db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketEntities, bucketClientIDs} {
+		feedless := tx.Bucket(bucketSeq) == nil
+		for _, b := range [][]byte{bucketEntities, bucketClientIDs, bucketSeq, bucketChanges, bucketHorizon} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		if !feedless {
+			return nil
+		}
+		// A file from before the changes feed: its records get their
+		// feed positions (and version 1) once.
+		var old []*boltEntity
+		err := tx.Bucket(bucketEntities).ForEach(func(k, v []byte) error {
+			var e boltEntity
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("remote: decode entity %s: %w", k, err)
+			}
+			old = append(old, &e)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, e := range old {
+			e.Version = max(e.Version, 1)
+			if err := s.written(tx, e); err != nil {
 				return err
 			}
 		}
@@ -64,7 +107,151 @@ func newBoltEntities(db *bolt.DB, own bool) (*boltEntities, error) {
 	if err != nil {
 		return nil, fmt.Errorf("remote: create buckets: %w", err)
 	}
-	return &boltEntities{db: db, ownDB: own}, nil
+	return s, nil
+}
+
+func actorPrefix(actor string) []byte {
+	return append(binary.AppendUvarint(nil, uint64(len(actor))), actor...)
+}
+
+func changeKey(actor string, seq int64) []byte {
+	return binary.BigEndian.AppendUint64(actorPrefix(actor), uint64(seq))
+}
+
+func getU64(b *bolt.Bucket, k []byte) int64 {
+	if v := b.Get(k); len(v) == 8 {
+		return int64(binary.BigEndian.Uint64(v))
+	}
+	return 0
+}
+
+// written gives e the actor's next feed position, moves its entry in the
+// changes index there, and wakes the actor's long polls once the
+// transaction commits. Every write of an entity goes through it.
+func (s *boltEntities) written(tx *bolt.Tx, e *boltEntity) error {
+	seqs, changes := tx.Bucket(bucketSeq), tx.Bucket(bucketChanges)
+	if e.Seq > 0 {
+		if err := changes.Delete(changeKey(e.Actor, e.Seq)); err != nil {
+			return err
+		}
+	}
+	next := getU64(seqs, []byte(e.Actor)) + 1
+	if err := seqs.Put([]byte(e.Actor), binary.BigEndian.AppendUint64(nil, uint64(next))); err != nil {
+		return err
+	}
+	e.Seq, e.seq = next, next
+	if err := changes.Put(changeKey(e.Actor, next), []byte(e.ID)); err != nil {
+		return err
+	}
+	if err := putEntity(tx, e); err != nil {
+		return err
+	}
+	actor := e.Actor
+	tx.OnCommit(func() { s.notifier.Notify(actor) })
+	return nil
+}
+
+// Changes implements changefeed.Source.
+func (s *boltEntities) Changes(ctx context.Context, actor string, after int64, limit int) ([]changefeed.Change, []int64, bool, error) {
+	var (
+		out  []changefeed.Change
+		pos  []int64
+		more bool
+	)
+	err := s.db.View(func(tx *bolt.Tx) error {
+		last := getU64(tx.Bucket(bucketSeq), []byte(actor))
+		horizon := getU64(tx.Bucket(bucketHorizon), []byte(actor))
+		if after > 0 && (after < horizon || after > last) {
+			return changefeed.ErrCursorExpired
+		}
+		prefix := actorPrefix(actor)
+		c := tx.Bucket(bucketChanges).Cursor()
+		for k, id := c.Seek(changeKey(actor, after+1)); k != nil && bytes.HasPrefix(k, prefix); k, id = c.Next() {
+			if len(out) == limit {
+				more = true
+				break
+			}
+			v := tx.Bucket(bucketEntities).Get(id)
+			if v == nil {
+				return fmt.Errorf("remote: changes: entity %s of the index is missing", id)
+			}
+			var e boltEntity
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("remote: decode entity %s: %w", id, err)
+			}
+			out = append(out, e.change())
+			pos = append(pos, int64(binary.BigEndian.Uint64(k[len(prefix):])))
+		}
+		return nil
+	})
+	return out, pos, more, err
+}
+
+// sweepTombstones deletes tombstones deleted before before, a thousand
+// per write transaction, raising each actor's horizon to the position of
+// the tombstones it lost.
+func (s *boltEntities) sweepTombstones(ctx context.Context, before time.Time) (int, error) {
+	total := 0
+	var after []byte // the id walk's position
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, done := 0, false
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			ents := tx.Bucket(bucketEntities)
+			c := ents.Cursor()
+			k, v := c.First()
+			if after != nil {
+				k, v = c.Seek(after)
+				if k != nil && bytes.Equal(k, after) {
+					k, v = c.Next()
+				}
+			}
+			var gone []*boltEntity
+			scanned := 0
+			for ; k != nil && scanned < 10000 && len(gone) < 1000; k, v = c.Next() {
+				scanned++
+				after = bytes.Clone(k)
+				var e boltEntity
+				if err := json.Unmarshal(v, &e); err != nil {
+					return fmt.Errorf("remote: decode entity %s: %w", k, err)
+				}
+				if e.Deleted && e.DeletedAt != nil && e.DeletedAt.Before(before) {
+					gone = append(gone, &e)
+				}
+			}
+			done = k == nil
+			for _, e := range gone {
+				if err := ents.Delete([]byte(e.ID)); err != nil {
+					return err
+				}
+				if err := tx.Bucket(bucketClientIDs).Delete(append(scopePrefix(e.Actor, e.Type), e.ClientID...)); err != nil {
+					return err
+				}
+				if e.Seq > 0 {
+					if err := tx.Bucket(bucketChanges).Delete(changeKey(e.Actor, e.Seq)); err != nil {
+						return err
+					}
+				}
+				hz := tx.Bucket(bucketHorizon)
+				if e.Seq > getU64(hz, []byte(e.Actor)) {
+					if err := hz.Put([]byte(e.Actor), binary.BigEndian.AppendUint64(nil, uint64(e.Seq))); err != nil {
+						return err
+					}
+				}
+			}
+			n = len(gone)
+			return nil
+		})
+		if err != nil {
+			return total, fmt.Errorf("remote: sweep tombstones: %w", err)
+		}
+		total += n
+		if done {
+			return total, nil
+		}
+	}
 }
 
 func scopePrefix(actor, typ string) []byte {
@@ -121,14 +308,20 @@ func (s *boltEntities) create(ctx context.Context, actor string, e *Entity) (*En
 			return &old.Entity, nil
 		}
 		e.ID = old.ID // bring it back; the clientId index already points here
-		if err := putEntity(tx, &boltEntity{Entity: *e, Actor: actor}); err != nil {
+		e.Version = old.Version + 1
+		be := &boltEntity{Entity: *e, Actor: actor, Seq: old.Seq}
+		if err := s.written(tx, be); err != nil {
 			return nil, fmt.Errorf("remote: create: bring back %s: %w", e.ID, err)
 		}
+		e.seq = be.Seq
 		return nil, nil
 	}
-	if err := putEntity(tx, &boltEntity{Entity: *e, Actor: actor}); err != nil {
+	e.Version = 1
+	be := &boltEntity{Entity: *e, Actor: actor}
+	if err := s.written(tx, be); err != nil {
 		return nil, fmt.Errorf("remote: create: %w", err)
 	}
+	e.seq = be.Seq
 	if err := idx.Put(ck, []byte(e.ID)); err != nil {
 		return nil, fmt.Errorf("remote: create: %w", err)
 	}
@@ -145,7 +338,7 @@ func (s *boltEntities) update(ctx context.Context, actor, typ, id string, fn fun
 		return nil, err
 	}
 	if fn(&e.Entity) {
-		if err := putEntity(tx, e); err != nil {
+		if err := s.written(tx, e); err != nil {
 			return nil, fmt.Errorf("remote: update: %w", err)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/syncd/syncd/changefeed"
+	"github.com/syncd/syncd/changefeed/pgfeed"
 	"github.com/syncd/syncd/idempotency/pgstore"
 )
 
@@ -43,6 +45,44 @@ var pgMigrations = []string{
 		deleted_at      TIMESTAMPTZ,
 		UNIQUE (actor_id, entity_type, client_id)
 	)`,
+	// The changes feed: each record's version, the key of the write that
+	// made it, and its position in its actor's sequence; the per-actor
+	// counter (its row lock orders one actor's writers until they
+	// commit, so positions grow in commit order) and the tombstone
+	// horizon. Existing records get positions in update order.
+	`ALTER TABLE remote_entities ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 1;
+	ALTER TABLE remote_entities ADD COLUMN IF NOT EXISTS operation_id TEXT;
+	ALTER TABLE remote_entities ADD COLUMN IF NOT EXISTS change_seq BIGINT NOT NULL DEFAULT 0;
+	CREATE TABLE IF NOT EXISTS remote_actor_seq (
+		actor_id TEXT   PRIMARY KEY,
+		seq      BIGINT NOT NULL,
+		horizon  BIGINT NOT NULL DEFAULT 0
+	);
+	UPDATE remote_entities AS r SET change_seq = o.n FROM (
+		SELECT id, row_number() OVER (PARTITION BY actor_id ORDER BY updated_at, id) AS n FROM remote_entities
+	) AS o WHERE r.id = o.id;
+	INSERT INTO remote_actor_seq (actor_id, seq)
+		SELECT actor_id, max(change_seq) FROM remote_entities GROUP BY actor_id
+		ON CONFLICT (actor_id) DO NOTHING;
+	CREATE INDEX IF NOT EXISTS remote_entities_changes ON remote_entities (actor_id, change_seq);
+	CREATE INDEX IF NOT EXISTS remote_entities_tombstones ON remote_entities (deleted_at) WHERE deleted_at IS NOT NULL`,
+}
+
+// nextSeqSQL gives the actor's next feed position and sends the NOTIFY
+// that wakes its long polls on every replica when the transaction
+// commits. The counter row stays locked until then.
+const nextSeqSQL = `WITH s AS (
+		INSERT INTO remote_actor_seq (actor_id, seq) VALUES ($1, 1)
+		ON CONFLICT (actor_id) DO UPDATE SET seq = remote_actor_seq.seq + 1
+		RETURNING seq)
+	SELECT seq FROM s, pg_notify('` + pgfeed.Channel + `', $1)`
+
+func nextSeq(ctx context.Context, tx pgx.Tx, actor string) (int64, error) {
+	var seq int64
+	if err := tx.QueryRow(ctx, nextSeqSQL, actor).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("remote: next feed position: %w", err)
+	}
+	return seq, nil
 }
 
 type pgEntities struct {
@@ -103,7 +143,7 @@ func newPGEntities(ctx context.Context, pool *pgxpool.Pool, own bool) (*pgEntiti
 	return &pgEntities{pool: pool, ownPool: own}, nil
 }
 
-const entityColumns = `id, client_id, entity_type, data, payload_version, created_at, updated_at, deleted_at`
+const entityColumns = `id, client_id, entity_type, data, payload_version, created_at, updated_at, deleted_at, version, operation_id, change_seq`
 
 func scanEntity(row pgx.Row) (*Entity, error) {
 	var (
@@ -111,13 +151,18 @@ func scanEntity(row pgx.Row) (*Entity, error) {
 		data      []byte
 		deletedAt *time.Time
 	)
-	if err := row.Scan(&e.ID, &e.ClientID, &e.Type, &data, &e.PayloadVersion, &e.CreatedAt, &e.UpdatedAt, &deletedAt); err != nil {
+	var opID *string
+	if err := row.Scan(&e.ID, &e.ClientID, &e.Type, &data, &e.PayloadVersion, &e.CreatedAt, &e.UpdatedAt, &deletedAt,
+		&e.Version, &opID, &e.seq); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, ErrNotFound
 		}
 		return nil, err
 	}
 	e.Data = data
+	if opID != nil {
+		e.OperationID = *opID
+	}
 	e.CreatedAt, e.UpdatedAt = e.CreatedAt.UTC(), e.UpdatedAt.UTC()
 	if deletedAt != nil {
 		t := deletedAt.UTC()
@@ -145,18 +190,26 @@ func (s *pgEntities) create(ctx context.Context, actor string, e *Entity) (*Enti
 	// winner's committed row (READ COMMITTED), so it finds it live. DO
 	// UPDATE locks the conflicting row even when WHERE refuses it, so no
 	// delete can commit between this and the SELECT below.
+	// The feed position first: it takes the actor's counter lock, so the
+	// actor's writes commit in position order.
+	seq, err := nextSeq(ctx, tx, actor)
+	if err != nil {
+		return nil, err
+	}
 	got, err := scanEntity(tx.QueryRow(ctx, `INSERT INTO remote_entities AS r
-		(id, actor_id, entity_type, client_id, data, payload_version, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+		(id, actor_id, entity_type, client_id, data, payload_version, created_at, updated_at, version, operation_id, change_seq)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $7, 1, $8, $9)
 		ON CONFLICT (actor_id, entity_type, client_id) DO UPDATE
 		SET data = EXCLUDED.data, payload_version = EXCLUDED.payload_version,
-			created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at, deleted_at = NULL
+			created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at, deleted_at = NULL,
+			version = r.version + 1, operation_id = EXCLUDED.operation_id, change_seq = EXCLUDED.change_seq
 		WHERE r.deleted_at IS NOT NULL
 		RETURNING `+entityColumns,
-		e.ID, actor, e.Type, e.ClientID, string(e.Data), e.PayloadVersion, e.CreatedAt))
+		e.ID, actor, e.Type, e.ClientID, string(e.Data), e.PayloadVersion, e.CreatedAt, e.OperationID, seq))
 	switch {
 	case err == nil:
 		e.ID = got.ID // a new row has e.ID; a row brought back keeps its own
+		e.Version, e.seq = got.Version, got.seq
 		return nil, nil
 	case !errors.Is(err, ErrNotFound):
 		return nil, fmt.Errorf("remote: create: %w", err)
@@ -182,9 +235,13 @@ func (s *pgEntities) update(ctx context.Context, actor, typ, id string, fn func(
 	if !fn(e) {
 		return e, nil
 	}
+	if e.seq, err = nextSeq(ctx, tx, actor); err != nil {
+		return nil, err
+	}
 	if _, err := tx.Exec(ctx, `UPDATE remote_entities
-		SET data = $2, payload_version = $3, updated_at = $4, deleted_at = $5 WHERE id = $1`,
-		e.ID, string(e.Data), e.PayloadVersion, e.UpdatedAt, e.DeletedAt); err != nil {
+		SET data = $2, payload_version = $3, updated_at = $4, deleted_at = $5, version = $6, operation_id = $7, change_seq = $8
+		WHERE id = $1`,
+		e.ID, string(e.Data), e.PayloadVersion, e.UpdatedAt, e.DeletedAt, e.Version, e.OperationID, e.seq); err != nil {
 		return nil, fmt.Errorf("remote: update: %w", err)
 	}
 	return e, nil
@@ -217,6 +274,68 @@ func (s *pgEntities) list(ctx context.Context, actor, typ, clientID string, limi
 		out = append(out, *e)
 	}
 	return out, rows.Err()
+}
+
+// Changes implements changefeed.Source.
+func (s *pgEntities) Changes(ctx context.Context, actor string, after int64, limit int) ([]changefeed.Change, []int64, bool, error) {
+	var last, horizon int64
+	err := s.pool.QueryRow(ctx, `SELECT seq, horizon FROM remote_actor_seq WHERE actor_id = $1`, actor).Scan(&last, &horizon)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, false, fmt.Errorf("remote: changes: %w", err)
+	}
+	if after > 0 && (after < horizon || after > last) {
+		return nil, nil, false, changefeed.ErrCursorExpired
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+entityColumns+` FROM remote_entities
+		WHERE actor_id = $1 AND change_seq > $2 ORDER BY change_seq LIMIT $3`, actor, after, limit+1)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("remote: changes: %w", err)
+	}
+	defer rows.Close()
+	var (
+		out []changefeed.Change
+		pos []int64
+	)
+	more := false
+	for rows.Next() {
+		e, err := scanEntity(rows)
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("remote: changes: %w", err)
+		}
+		if len(out) == limit {
+			more = true
+			break
+		}
+		out = append(out, e.change())
+		pos = append(pos, e.seq)
+	}
+	return out, pos, more, rows.Err()
+}
+
+// sweepTombstones deletes tombstones deleted before before, 1,000 per
+// statement, raising their actors' horizons in the same statement.
+func (s *pgEntities) sweepTombstones(ctx context.Context, before time.Time) (int, error) {
+	total := 0
+	for {
+		// The INSERT runs whether or not the SELECT reads it (a
+		// data-modifying WITH always runs once).
+		var n int
+		err := s.pool.QueryRow(ctx, `WITH d AS (
+				DELETE FROM remote_entities WHERE id IN (
+					SELECT id FROM remote_entities WHERE deleted_at < $1 LIMIT 1000 FOR UPDATE SKIP LOCKED)
+				RETURNING actor_id, change_seq),
+			h AS (INSERT INTO remote_actor_seq AS a (actor_id, seq, horizon)
+				SELECT actor_id, max(change_seq), max(change_seq) FROM d GROUP BY actor_id
+				ON CONFLICT (actor_id) DO UPDATE SET horizon = GREATEST(a.horizon, EXCLUDED.horizon))
+			SELECT count(*) FROM d`, before).Scan(&n)
+		if err != nil {
+			return total, fmt.Errorf("remote: sweep tombstones: %w", err)
+		}
+		total += n
+		if n < 1000 {
+			return total, nil
+		}
+	}
 }
 
 func (s *pgEntities) close() error {

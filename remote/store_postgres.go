@@ -227,6 +227,13 @@ func (s *pgEntities) update(ctx context.Context, actor, typ, id string, fn func(
 	if err != nil {
 		return nil, err
 	}
+	// The actor's counter lock before the row's, as a create takes them:
+	// one order, no deadlock. A write that changes nothing leaves a gap
+	// in the positions, which the feed does not mind.
+	seq, err := nextSeq(ctx, tx, actor)
+	if err != nil {
+		return nil, err
+	}
 	e, err := scanEntity(tx.QueryRow(ctx, `SELECT `+entityColumns+` FROM remote_entities
 		WHERE id = $1 AND actor_id = $2 AND entity_type = $3 FOR UPDATE`, id, actor, typ))
 	if err != nil {
@@ -235,9 +242,7 @@ func (s *pgEntities) update(ctx context.Context, actor, typ, id string, fn func(
 	if !fn(e) {
 		return e, nil
 	}
-	if e.seq, err = nextSeq(ctx, tx, actor); err != nil {
-		return nil, err
-	}
+	e.seq = seq
 	if _, err := tx.Exec(ctx, `UPDATE remote_entities
 		SET data = $2, payload_version = $3, updated_at = $4, deleted_at = $5, version = $6, operation_id = $7, change_seq = $8
 		WHERE id = $1`,

@@ -98,6 +98,7 @@ func printStatus(w io.Writer, st client.Status, failed []client.Operation) {
 	default:
 		fmt.Fprintf(tw, "queue:\t%s waiting to be sent, no limit\n", bytesHuman(st.QueuedBytes))
 	}
+	fmt.Fprintf(tw, "pull:\t%s\n", pullLine(st.Pull))
 	fmt.Fprintf(tw, "last event:\t%d\n", st.LastEventSeq)
 	tw.Flush()
 	if len(failed) == 0 {
@@ -116,6 +117,26 @@ func printStatus(w io.Writer, st client.Status, failed []client.Operation) {
 		return
 	}
 	fmt.Fprintln(w, "\nfix with: syncd ops retry ID | syncd ops discard ID")
+}
+
+// pullLine describes the pull of the server's changes.
+func pullLine(p client.PullStatus) string {
+	line := p.State
+	switch p.State {
+	case "off":
+		if p.Mode == "off" {
+			return "off (pull: off)"
+		}
+		return "off (the remote has no changes feed; syncing one way)"
+	case "bootstrapping":
+		line += fmt.Sprintf(", %d records read so far", p.BootstrapReceived)
+	case "error":
+		line += ": " + p.LastError + " (retrying)"
+	}
+	if !p.LastPullAt.IsZero() {
+		line += fmt.Sprintf("; last %s, %d changes received", p.LastPullAt.Local().Format(time.DateTime), p.Received)
+	}
+	return line
 }
 
 // unfinished is the number of operations not done.

@@ -119,7 +119,7 @@ type Entity struct {
 	ID              string          `json:"id"`
 	Data            json.RawMessage `json:"data"`
 	Deleted         bool            `json:"deleted,omitempty"`
-	SyncState       string          `json:"syncState"` // pending, synced or failed
+	SyncState       string          `json:"syncState"` // pending, synced, failed or conflict
 	ServerID        string          `json:"serverId,omitempty"`
 	SyncError       string          `json:"syncError,omitempty"`
 	Version         int64           `json:"version"`
@@ -129,12 +129,34 @@ type Entity struct {
 	// SyncedOperationID is the operation whose data the server was last
 	// known to hold; empty when that is not known.
 	SyncedOperationID string `json:"syncedOperationId,omitempty"`
+	// ServerVersion is the server's version the local data is based on
+	// (0: the server never had it, as far as syncd knows).
+	ServerVersion int64 `json:"serverVersion,omitempty"`
+	// Server is the server's record when it is newer and not taken
+	// locally: in a conflict (SyncState "conflict"), or pulled while
+	// local changes were unsent.
+	Server *ServerRecord `json:"server,omitempty"`
 	// OperationID is the operation a write made (write answers only).
 	OperationID string `json:"operationId,omitempty"`
+	// Removed is set by Resolve when the entity left the store.
+	Removed bool `json:"removed,omitempty"`
 	// Replayed is true when a write with an Idempotency-Key repeated an
 	// earlier one and syncd answered from it.
 	Replayed bool `json:"-"`
 }
+
+// ServerRecord is the server's record of an entity beside the local one.
+type ServerRecord struct {
+	Version int64           `json:"version"`
+	Deleted bool            `json:"deleted,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// Resolve takes of an entity in conflict.
+const (
+	TakeServer = "server"
+	TakeLocal  = "local"
+)
 
 // Operation is one queued intent.
 type Operation struct {
@@ -198,6 +220,18 @@ type Status struct {
 	MaxQueueBytes                  int64          `json:"maxQueueBytes,omitempty"`
 	QueueFull                      bool           `json:"queueFull,omitempty"`
 	LastEventSeq                   uint64         `json:"lastEventSeq"`
+	// Pull is the pull of the server's changes.
+	Pull PullStatus `json:"pull"`
+}
+
+// PullStatus is the pull of the server's changes into the local store.
+type PullStatus struct {
+	Mode              string    `json:"mode"`  // auto, on or off
+	State             string    `json:"state"` // off, idle, pulling, bootstrapping, paused or error
+	LastPullAt        time.Time `json:"lastPullAt,omitzero"`
+	Received          int64     `json:"received"`
+	BootstrapReceived int64     `json:"bootstrapReceived,omitempty"`
+	LastError         string    `json:"lastError,omitempty"`
 }
 
 // RemoteProblem is why sending is paused as remote_misconfigured (a
@@ -379,6 +413,17 @@ func (c *Client) Retry(ctx context.Context, id string) (Operation, error) {
 func (c *Client) Discard(ctx context.Context, id string) error {
 	_, err := c.do(ctx, http.MethodPost, "/v1/operations/"+esc(id)+"/discard", nil, nil, nil, nil)
 	return err
+}
+
+// Resolve settles an entity in conflict: take TakeServer (the local
+// entity becomes the server's record, or is removed if the server
+// deleted it) or TakeLocal (the local data is sent again, on the
+// server's current version). The answer's Removed says the entity left
+// the store.
+func (c *Client) Resolve(ctx context.Context, typ, id, take string) (Entity, error) {
+	var e Entity
+	_, err := c.do(ctx, http.MethodPost, "/v1/entities/"+esc(typ)+"/"+esc(id)+"/resolve", nil, map[string]string{"take": take}, nil, &e)
+	return e, err
 }
 
 // Status reads syncd's status.

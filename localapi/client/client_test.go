@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -380,5 +381,58 @@ func TestDefaultClientReusesConnections(t *testing.T) {
 	defer mu.Unlock()
 	if conns > 2*workers {
 		t.Fatalf("%d connections opened for %d requests from %d goroutines", conns, workers*rounds, workers)
+	}
+}
+
+// TestClientResolve: an entity in conflict shows the server's record
+// beside its own; Resolve takes either; a synced one answers 409
+// no_conflict, a bad take 400.
+func TestClientResolve(t *testing.T) {
+	t.Parallel()
+	e := localapitest.Start(t, localapitest.Options{Account: "alice"})
+	c := newClient(t, e.Addr)
+	ctx := context.Background()
+	conflict := func(id string) {
+		t.Helper()
+		if _, err := c.Create(ctx, "note", id, map[string]any{"v": 1}); err != nil {
+			t.Fatal(err)
+		}
+		op, err := e.Store.Claim(ctx, "alice", "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Store.Complete(ctx, op.ID, "w", queue.Completion{ServerID: "s-" + id, ServerVersion: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Update(ctx, "note", id, map[string]any{"v": "mine"}); err != nil {
+			t.Fatal(err)
+		}
+		if op, err = e.Store.Claim(ctx, "alice", "w", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Store.Conflict(ctx, op.ID, "w", queue.CodeVersionConflict, "newer on the server", queue.ServerState{Version: 2, Data: json.RawMessage(`{"v":"theirs"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conflict("a")
+	got, err := c.Get(ctx, "note", "a")
+	if err != nil || got.SyncState != "conflict" || got.Server == nil || got.Server.Version != 2 || string(got.Server.Data) != `{"v":"theirs"}` {
+		t.Fatalf("entity in conflict: %+v %v", got, err)
+	}
+	var ce *client.Error
+	if _, err := c.Resolve(ctx, "note", "a", "both"); !errors.As(err, &ce) || ce.Status != 400 {
+		t.Fatalf("bad take: %v", err)
+	}
+	res, err := c.Resolve(ctx, "note", "a", client.TakeServer)
+	if err != nil || res.SyncState != "synced" || string(res.Data) != `{"v":"theirs"}` || res.ServerVersion != 2 {
+		t.Fatalf("take server: %+v %v", res, err)
+	}
+	if _, err := c.Resolve(ctx, "note", "a", client.TakeServer); !errors.As(err, &ce) || ce.Status != 409 || ce.Code != "no_conflict" {
+		t.Fatalf("resolve of a synced entity: %v", err)
+	}
+	conflict("b")
+	res, err = c.Resolve(ctx, "note", "b", client.TakeLocal)
+	if err != nil || res.SyncState != "pending" || res.OperationID == "" || string(res.Data) != `{"v":"mine"}` {
+		t.Fatalf("take local: %+v %v", res, err)
 	}
 }

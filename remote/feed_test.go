@@ -333,4 +333,3 @@ func TestFeedUnderConcurrentWriters(t *testing.T) {
 		}
 	})
 }
-

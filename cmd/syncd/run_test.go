@@ -66,7 +66,7 @@ type daemonProc struct {
 	stderr *strings.Builder
 }
 
-func startRun(t *testing.T, dataDir string) *daemonProc {
+func startRun(t *testing.T, dataDir string, extra ...string) *daemonProc {
 	t.Helper()
 	if runtime.GOOS == "windows" {
 		t.Skip("SIGTERM")
@@ -75,7 +75,7 @@ func startRun(t *testing.T, dataDir string) *daemonProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "run", "--data-dir", dataDir, "--listen", "127.0.0.1:0")
+	cmd := exec.Command(bin, append([]string{"run", "--data-dir", dataDir, "--listen", "127.0.0.1:0"}, extra...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

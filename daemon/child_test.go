@@ -121,6 +121,9 @@ func childDaemon(mode string) error {
 		Logger:    slog.New(slog.DiscardHandler),
 		Lease:     15 * time.Second,
 		Policy:    transport.Policy{Backoff: transport.Backoff{Base: 20 * time.Millisecond, Max: 300 * time.Millisecond}},
+		// The crash rows count the requests of sends; a pull's would be
+		// among them (the pull's own crash test is in cmd/syncd).
+		Pull: PullOff,
 	}
 	switch fp := os.Getenv(childFailpointEnv); fp {
 	case "":

@@ -14,15 +14,28 @@
 // Routes (JSON; errors are {"error":{"code":"...","message":"..."}}):
 //
 //	POST   /v1/{type}       {clientId, data, payloadVersion}  201 the entity; 200 the existing one when (actor, type, clientId) names a live one
-//	PATCH  /v1/{type}/{id}  {data, payloadVersion}            200; data replaced unless payloadVersion is lower than the stored one
-//	DELETE /v1/{type}/{id}                                    200 the entity, now "deleted": true (a tombstone: GET still shows it)
+//	PATCH  /v1/{type}/{id}  {data, payloadVersion, baseVersion?}  200, data replaced, version + 1; 409 version_conflict (reject policy)
+//	DELETE /v1/{type}/{id}[?baseVersion=N]                    200 the entity, now "deleted": true (a tombstone: GET still shows it)
 //	GET    /v1/{type}/{id}                                    200 the entity, 404 not_found
 //	GET    /v1/{type}?clientId=X                              200 {"items":[...]}
+//	GET    /v1/changes?after=&limit=&wait=                    200 {"changes":[...],"cursor","hasMore"}; 410 cursor_expired
+//	GET    /v1/capabilities                                   200 {"changes":true}
 //	GET    /metrics                                           Prometheus text, no token needed
 //	GET    /healthz                                           200 {"status":"ok"}, no token needed
 //
-// An entity is {id, clientId, type, data, payloadVersion, createdAt,
-// updatedAt[, deleted, deletedAt]}; id is a server-generated UUID. data
+// An entity is {id, clientId, type, data, payloadVersion, version,
+// operationId, createdAt, updatedAt[, deleted, deletedAt]}; id is a
+// server-generated UUID; version counts the applied writes (1 at
+// create, +1 per update, delete and revival) and operationId is the
+// Idempotency-Key of the write that made it. payloadVersion is stored
+// and answered but decides nothing: writes are last-writer-wins in
+// arrival order, or, for the types in Config.RejectConflicts, refused
+// with 409 version_conflict and the current record when their
+// baseVersion is below the record's version. The changes feed
+// (package changefeed) lists an actor's records changed after a cursor,
+// in commit order, deletes as tombstones kept Config.TombstoneRetention;
+// a long poll (wait) answers as soon as a write of the actor commits,
+// across replicas on PostgreSQL (LISTEN/NOTIFY). data
 // must be a JSON object, else 400 validation. As a test hook, data with
 // the top-level field "invalid": true is refused with 400 validation too,
 // so daemon tests can provoke a validation failure. An update of a
@@ -33,15 +46,13 @@
 // makes a create resent after its idempotency record expired harmless. A
 // create whose clientId names a deleted record (a tombstone) brings the
 // record back, 201: same id, the create's data, payloadVersion and
-// createdAt, no longer deleted. The app deleted the entity and made it
+// createdAt, no longer deleted, version + 1. The app deleted the entity and made it
 // again under the same local id; answering the tombstone would let the
 // daemon mark the new create synced while the server kept only the
 // deleted record. The id stays so that the clientId still names one
 // record, the unique index and GET ?clientId=X keep meaning that, and a
 // client that kept the old server id still updates and deletes the right
-// record by it. The payloadVersion is the create's even when lower than
-// the tombstone's, since a re-created entity may count versions from 1
-// again and its updates must not be ignored as stale. The lookup and the
+// record by it. The lookup and the
 // write are one transaction: of racing creates of a deleted clientId one
 // brings it back (201) and the others answer it (200). A client must not
 // resend a create after the idempotency retention (the daemon fails such
@@ -51,8 +62,8 @@
 // POST, PATCH and DELETE go through the idempotency gate: they need an
 // Idempotency-Key; a repeat answers the stored response with
 // Idempotent-Replayed: true; the same key with another body answers 422
-// idempotency_key_reused; a repeat while the first is in flight waits for
-// it (or answers 409 with Retry-After). The counters
+// idempotency_key_reused; a repeat while the first is in flight answers
+// 409 with Retry-After. The counters
 // idempotency_replays_total{operation="create|update|delete"} and
 // idempotency_conflicts_total (422 answers) are on the server's own
 // registry, so several servers in one process do not clash.

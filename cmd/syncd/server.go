@@ -33,8 +33,10 @@ func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	devTokens := fs.Bool("dev-tokens", false, "DEVELOPMENT ONLY: accept any bearer token; the actor is the part before the first '.'")
 	tokensFile := fs.String("tokens", "", `file of "TOKEN ACTOR" lines`)
 	retention := fs.String("retention", "7d", "how long idempotency records are kept (e.g. 7d, 36h)")
+	tombstones := fs.String("tombstone-retention", "30d", "how long deleted records are kept for the changes feed; a device away longer reads everything again")
+	reject := fs.String("reject-conflicts", "", `comma-separated entity types whose writes made on an older version answer 409 version_conflict ("*": all); the others are last-writer-wins`)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: syncd server --listen ADDR [--data-dir DIR | --postgres DSN] [--dev-tokens | --tokens FILE] [--retention D]")
+		fmt.Fprintln(stderr, "usage: syncd server --listen ADDR [--data-dir DIR | --postgres DSN] [--dev-tokens | --tokens FILE] [--retention D] [--tombstone-retention D] [--reject-conflicts TYPES]")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args, "server"); err != nil {
@@ -50,6 +52,16 @@ func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("%w: server: --retention: %v", errUsage, err)
 	}
+	tombRet, err := parseRetention(*tombstones)
+	if err != nil {
+		return fmt.Errorf("%w: server: --tombstone-retention: %v", errUsage, err)
+	}
+	var rejectTypes []string
+	for _, t := range strings.Split(*reject, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			rejectTypes = append(rejectTypes, t)
+		}
+	}
 	if !*force && !loopbackAddr(*listen) {
 		return fmt.Errorf("%w: server: --listen %s is not a loopback address; add --force-listen to serve on it", errUsage, *listen)
 	}
@@ -61,6 +73,9 @@ func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		DevTokens:   *devTokens,
 		Retention:   ret,
 		Logger:      logger,
+		// The changes feed and conflicts.
+		TombstoneRetention: tombRet,
+		RejectConflicts:    rejectTypes,
 		// On loopback, answer only loopback names (DNS rebinding).
 		LoopbackHostsOnly: loopbackAddr(*listen),
 	}

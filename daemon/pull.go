@@ -127,6 +127,12 @@ func (d *Daemon) runPuller(soft context.Context) {
 	failures := 0
 	wait := time.Duration(0) // the long poll of the next read
 	noFeedLogged := false
+	// A kick from before the start (the stored session's sign-in) is
+	// not news.
+	select {
+	case <-d.pull.kick:
+	default:
+	}
 	for {
 		if soft.Err() != nil {
 			return
@@ -148,6 +154,15 @@ func (d *Daemon) runPuller(soft context.Context) {
 			}
 			continue
 		}
+		if st.Cursor == "" && !st.FullPass {
+			if err := d.store.BeginFullPass(context.Background(), s.account); err != nil {
+				d.logger.Error("daemon: pull: beginning the first read failed", "err", err)
+				if !d.pullBackoff(soft, &failures, err) {
+					return
+				}
+				continue
+			}
+		}
 		if st.Cursor == "" || st.FullPass {
 			d.setPullState(PullStateBootstrapping, "")
 			wait = 0
@@ -157,7 +172,9 @@ func (d *Daemon) runPuller(soft context.Context) {
 
 		ctx, cancel := context.WithCancel(soft)
 		unhook := context.AfterFunc(s.ctx, cancel) // the session ended: drop the read
+		began := time.Now()
 		page, err := d.puller.Changes(ctx, s.token, st.Cursor, d.pullLimit, wait)
+		elapsed := time.Since(began)
 		unhook()
 		cancel()
 		switch {
@@ -232,9 +249,20 @@ func (d *Daemon) runPuller(soft context.Context) {
 			continue
 		}
 		d.setPullState(PullStateIdle, "")
+		if wait > 0 && elapsed < wait/2 && res.Applied+res.Kept+res.Removed == 0 {
+			// A long poll answered early with nothing new (this device's
+			// own echoes, or a server that does not hold polls): not a
+			// loop of requests.
+			if !d.pullSleep(soft, minPollInterval) {
+				return
+			}
+		}
 		wait = d.pullWait
 	}
 }
+
+// minPollInterval spaces long polls that come back early with nothing new.
+const minPollInterval = time.Second
 
 // setPullState records the pull's state, for Status. (Not an event: a
 // write to the change log at every long poll's end would cost a commit.)

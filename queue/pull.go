@@ -114,12 +114,45 @@ func (s *Store) RestartPull(ctx context.Context, account string) error {
 		if err != nil {
 			return err
 		}
-		if err := tx.clearSeen(account); err != nil {
+		st.Cursor = ""
+		return tx.beginPass(account, st)
+	})
+}
+
+// BeginFullPass starts the full pass of an account that has no cursor
+// yet (a first sign-in), if it has not begun. The daemon calls it before
+// it reads the first page: from then on, an entity this device's own
+// write puts on the server counts as seen by the pass, so the pass's end
+// does not remove it for having been pushed after the pages were read.
+func (s *Store) BeginFullPass(ctx context.Context, account string) error {
+	return s.update(ctx, func(tx *txw) error {
+		st, err := tx.pullState(account)
+		if err != nil || st.FullPass || st.Cursor != "" {
 			return err
 		}
-		st.Cursor, st.FullPass, st.Seen = "", true, 0
-		return tx.savePullState(account, st)
+		return tx.beginPass(account, st)
 	})
+}
+
+func (tx *txw) beginPass(account string, st PullState) error {
+	if err := tx.clearSeen(account); err != nil {
+		return err
+	}
+	if _, err := tx.seenBucket(account, true); err != nil {
+		return err
+	}
+	st.FullPass, st.Seen = true, 0
+	return tx.savePullState(account, st)
+}
+
+// markSeen records, during a full pass, that the server holds an entity
+// (this device's write of it was just applied there).
+func (tx *txw) markSeen(account, entityType, id string) error {
+	seen, err := tx.seenBucket(account, false)
+	if seen == nil || err != nil {
+		return err
+	}
+	return tx.put(seen, entityKey(account, entityType, id), []byte{1})
 }
 
 func (tx *txw) pullState(account string) (PullState, error) {
@@ -171,7 +204,7 @@ func (s *Store) ApplyChanges(ctx context.Context, account string, after string, 
 			return fmt.Errorf("%w: the pull cursor moved from %q to %q", ErrPullCursorMoved, after, st.Cursor)
 		}
 		if after == "" && !st.FullPass {
-			if err := tx.clearSeen(account); err != nil {
+			if err := tx.beginPass(account, st); err != nil {
 				return err
 			}
 			st.FullPass, st.Seen = true, 0

@@ -301,3 +301,24 @@ func TestPullStateSurvivesReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFullPassKeepsWhatThisDevicePushedMeanwhile: an entity this device
+// put on the server after the pass's pages were read is not removed at
+// the pass's end (its page could not show it).
+func TestFullPassKeepsWhatThisDevicePushedMeanwhile(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{})
+	ctx := context.Background()
+	if err := s.BeginFullPass(ctx, "acct"); err != nil {
+		t.Fatal(err)
+	}
+	create(t, s, "pushed", `{}`)
+	// The (empty) last page was read here, before the push landed.
+	sendAndComplete(t, s, "srv-pushed", 1)
+	if res := applyPage(t, s, "", "c1", true); res.Removed != 0 {
+		t.Fatalf("the pass removed %d", res.Removed)
+	}
+	if _, ok := entity(t, s, "pushed"); !ok {
+		t.Fatal("the pushed entity was removed by the pass")
+	}
+}

@@ -182,6 +182,14 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 	if e.SyncedOperationID != synced {
 		e.SyncedOperationID, changed = synced, true
 	}
+	if op.Type != OpDelete {
+		// The server holds the entity now: a full pass under way, whose
+		// pages may have been read before this write reached it, must
+		// not remove it at its end.
+		if err := tx.markSeen(op.AccountID, op.EntityType, op.EntityID); err != nil {
+			return nil, err
+		}
+	}
 	// One load and at most one save of the row per completion.
 	if err := tx.reconcile(e, changed); err != nil {
 		return nil, err

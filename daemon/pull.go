@@ -223,16 +223,27 @@ func (d *Daemon) runPuller(soft context.Context) {
 			wait = 0
 			continue
 		}
-		if !d.current(s) {
-			continue // signed out or switched meanwhile: the page is not this session's
-		}
 		noFeedLogged = false
 		changes := make([]queue.Change, len(page.Changes))
 		for i, c := range page.Changes {
 			changes[i] = queue.Change{EntityType: c.Type, EntityID: c.ClientID, ServerID: c.ID, Version: c.Version,
 				Deleted: c.Deleted, Data: c.Data, OperationID: c.OperationID}
 		}
-		res, err := d.store.ApplyChanges(context.Background(), s.account, st.Cursor, changes, page.Cursor, !page.HasMore)
+		// As an app write: under the account guard, so a logout (which
+		// may purge the account) never runs while a page lands, and a
+		// page read under a session that ended is dropped.
+		var res queue.PageResult
+		err = d.AccountWrite(func(account string) error {
+			if account != s.account || !d.current(s) {
+				return errStalePage
+			}
+			var err error
+			res, err = d.store.ApplyChanges(context.Background(), s.account, st.Cursor, changes, page.Cursor, !page.HasMore)
+			return err
+		})
+		if errors.Is(err, errStalePage) || errors.Is(err, ErrNoSession) {
+			continue
+		}
 		if err != nil {
 			d.logger.Error("daemon: pull: applying a page failed", "err", err)
 			if !d.pullBackoff(soft, &failures, err) {
@@ -260,6 +271,10 @@ func (d *Daemon) runPuller(soft context.Context) {
 		wait = d.pullWait
 	}
 }
+
+// errStalePage: the session a page was read under ended before it could
+// be applied.
+var errStalePage = errors.New("daemon: pull: the session changed")
 
 // minPollInterval spaces long polls that come back early with nothing new.
 const minPollInterval = time.Second

@@ -193,6 +193,9 @@ func (s *Store) ApplyChanges(ctx context.Context, account string, after string, 
 	var res PageResult
 	err := s.update(ctx, func(tx *txw) error {
 		res = PageResult{}
+		if tx.b(bucketMeta).Get(purgeKey(account)) != nil {
+			return fmt.Errorf("%w: %s", ErrPurging, account)
+		}
 		st, err := tx.pullState(account)
 		if err != nil {
 			return err

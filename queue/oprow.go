@@ -260,6 +260,12 @@ func (w *txw) reconcile(e *Entity, dirty bool) error {
 		}
 		return w.entityEvent(e, EventEntityRemoved)
 	}
+	if head == nil && e.Server != nil && e.Server.Version > e.ServerVersion {
+		// The last local change is settled, and a pull brought a newer
+		// record of the server meanwhile (another device's write, later
+		// than this device's): take it now, as the pull would have.
+		return w.adoptServer(e)
+	}
 	state, syncErr := SyncPending, ""
 	switch {
 	case head == nil:
@@ -285,6 +291,28 @@ func (w *txw) reconcile(e *Entity, dirty bool) error {
 		return err
 	}
 	return w.entityEvent(e, EventEntityChanged)
+}
+
+// adoptServer makes e the server's record it holds in e.Server: its data,
+// or its removal.
+func (w *txw) adoptServer(e *Entity) error {
+	srv := *e.Server
+	e.Server, e.ServerVersion = nil, srv.Version
+	e.SyncState, e.SyncError = SyncSynced, ""
+	if srv.Deleted {
+		if err := w.deleteEntity(e.AccountID, e.Type, e.ID); err != nil {
+			return err
+		}
+		return w.remoteEvent(e, EventEntityRemoved)
+	}
+	e.Data = srv.Data
+	e.Version++
+	e.UpdatedAt = w.now
+	e.SyncedOperationID = ""
+	if err := w.saveEntity(e); err != nil {
+		return err
+	}
+	return w.remoteEvent(e, EventEntityChanged)
 }
 
 func (w *txw) entityEvent(e *Entity, typ string) error {

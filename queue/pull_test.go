@@ -322,3 +322,31 @@ func TestFullPassKeepsWhatThisDevicePushedMeanwhile(t *testing.T) {
 		t.Fatal("the pushed entity was removed by the pass")
 	}
 }
+
+// TestNewerServerRecordIsTakenWhenLocalChangesSettle: a pull brings
+// another device's later write while this device's own write is still
+// in flight; when that write completes (at an older version), the
+// entity takes the newer record instead of staying on its own data.
+func TestNewerServerRecordIsTakenWhenLocalChangesSettle(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{})
+	ctx := context.Background()
+	create(t, s, "x", `{"v":0}`)
+	sendAndComplete(t, s, "srv-x", 1)
+	applyPage(t, s, "", "c1", true, change("x", 1, `{"v":0}`))
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "x", Data: json.RawMessage(`{"by":"A"}`)})
+	op, err := s.Claim(ctx, "acct", "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server applied A's update (version 2), then B's (3); the
+	// feed shows x at 3 before A records its answer.
+	applyPage(t, s, "c1", "c2", false, change("x", 3, `{"v":0,"by":"B"}`))
+	if _, err := s.Complete(ctx, op.ID, "w", Completion{ServerID: "srv-x", ServerVersion: 2}); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := entity(t, s, "x")
+	if e.SyncState != SyncSynced || e.ServerVersion != 3 || e.Server != nil || string(e.Data) != `{"v":0,"by":"B"}` {
+		t.Fatalf("x = %+v (server %+v), want B's later record", e, e.Server)
+	}
+}

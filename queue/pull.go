@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/syncd/syncd/internal/jsonstrict"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -243,8 +244,12 @@ func (s *Store) ApplyChanges(ctx context.Context, account string, after string, 
 var ErrPullCursorMoved = errors.New("queue: pull cursor moved")
 
 func (tx *txw) applyChange(account string, c *Change, fullPass bool, res *PageResult) error {
+	// What an app could not write, a pull does not store either: a bad
+	// type or id, data that is not one object within the data limit, or
+	// JSON that readers take in different ways.
 	if ValidateEntityType(c.EntityType) != nil || ValidateEntityID(c.EntityID) != nil || c.Version <= 0 ||
-		(!c.Deleted && (len(c.Data) == 0 || c.Data[0] != '{')) {
+		(!c.Deleted && (len(c.Data) == 0 || c.Data[0] != '{' || len(c.Data) > tx.s.cfg.MaxDataBytes ||
+			jsonstrict.Check(c.Data, MaxDataDepth) != nil)) {
 		res.Skipped++
 		tx.s.cfg.Logger.Warn("queue: pulled change skipped: this store cannot hold it",
 			"type", c.EntityType, "id", c.EntityID, "version", c.Version)

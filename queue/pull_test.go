@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -139,8 +140,10 @@ func TestApplyChangesRules(t *testing.T) {
 	}
 	// A change this store cannot hold is skipped, not an error.
 	res = applyPage(t, s, "c6", "c7", false, Change{EntityType: "bad type!", EntityID: "x", Version: 1, Data: json.RawMessage(`{}`)},
-		Change{EntityType: "note", EntityID: "y", Version: 1, Data: json.RawMessage(`[1]`)})
-	if res.Skipped != 2 {
+		Change{EntityType: "note", EntityID: "y", Version: 1, Data: json.RawMessage(`[1]`)},
+		Change{EntityType: "note", EntityID: "dup", Version: 1, Data: json.RawMessage(`{"a":1,"a":2}`)},
+		Change{EntityType: "note", EntityID: "big", Version: 1, Data: json.RawMessage(`{"a":"` + strings.Repeat("x", DefaultMaxDataBytes) + `"}`)})
+	if res.Skipped != 4 {
 		t.Fatalf("unholdable changes: %+v", res)
 	}
 }

@@ -171,7 +171,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	switch code {
 	case CodeBodyTooLarge:
-		msg = "request body is larger than " + strconv.FormatInt(s.maxBody, 10) + " bytes"
+		var mbe *http.MaxBytesError
+		limit := s.maxBody
+		if errors.As(err, &mbe) {
+			limit = mbe.Limit
+		}
+		msg = "request body is larger than " + strconv.FormatInt(limit, 10) + " bytes"
 	case CodeStorageFull:
 		s.storageFull.log(s.logger, err)
 		msg = msgStorageFull

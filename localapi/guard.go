@@ -70,11 +70,15 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 			return
 		}
 		s.gate.authenticated(r)
-		if r.ContentLength > s.maxBody {
-			writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body is larger than "+itoa(s.maxBody)+" bytes")
+		limit := s.maxBody
+		if r.URL.Path == batchPath {
+			limit = max(limit, DefaultMaxBatchBytes)
+		}
+		if r.ContentLength > limit {
+			writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body is larger than "+itoa(limit)+" bytes")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 
 		if seg, ok := dotID(r.URL.Path); ok {
 			// An id "." or ".." (escaped as %2E): the mux would clean it

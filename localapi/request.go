@@ -255,10 +255,17 @@ func idempotencyKey(r *http.Request) (string, error) {
 // body (object keys sorted, no insignificant whitespace, numbers as
 // written), so a resend with reordered keys is the same request.
 func requestFingerprint(r *http.Request, body []byte) (string, error) {
+	return fingerprint(r.Method, r.URL.EscapedPath(), body)
+}
+
+// fingerprint is requestFingerprint of a request given by its parts; a
+// batch's writes use it with the method, path and body the write would
+// have alone, so a key sent alone and in a batch names one request.
+func fingerprint(method, escapedPath string, body []byte) (string, error) {
 	h := sha256.New()
-	io.WriteString(h, r.Method)
+	io.WriteString(h, method)
 	h.Write([]byte{0})
-	io.WriteString(h, r.URL.EscapedPath())
+	io.WriteString(h, escapedPath)
 	h.Write([]byte{0})
 	if len(bytes.TrimSpace(body)) > 0 {
 		d := json.NewDecoder(bytes.NewReader(body))

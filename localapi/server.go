@@ -72,6 +72,7 @@ type Store interface {
 	Retry(ctx context.Context, id string) (queue.Operation, error)
 	Discard(ctx context.Context, id string) error
 	Resolve(ctx context.Context, account, entityType, id, take string) (queue.Entity, bool, error)
+	ApplyBatch(ctx context.Context, ws []queue.Write) ([]queue.Result, error)
 }
 
 // Config configures a Server. Daemon and Token are required; the zero
@@ -284,6 +285,7 @@ func (s *Server) routeTable() []route {
 		{"PATCH /v1/entities/{type}/{id}", http.HandlerFunc(s.updateEntity)},
 		{"DELETE /v1/entities/{type}/{id}", http.HandlerFunc(s.deleteEntity)},
 		{"POST /v1/entities/{type}/{id}/resolve", http.HandlerFunc(s.resolveEntity)},
+		{"POST " + batchPath, http.HandlerFunc(s.batch)},
 
 		{"GET /v1/operations", http.HandlerFunc(s.listOperations)},
 		{"GET /v1/operations/{id}", http.HandlerFunc(s.getOperation)},

@@ -17,10 +17,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // DefaultAddr is where syncd listens unless configured otherwise.
@@ -100,6 +103,8 @@ type Error struct {
 	Status  int
 	Code    string
 	Message string
+	// Index is the refused write of a Batch (-1 otherwise).
+	Index int
 }
 
 func (e *Error) Error() string {
@@ -303,12 +308,19 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	}
 	if resp.StatusCode >= 300 {
 		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
+			Error struct {
+				Code, Message string
+				Index         *int
+			} `json:"error"`
 		}
 		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
-			return nil, &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(data))}
+			return nil, &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(data)), Index: -1}
 		}
-		return nil, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+		ae := &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Index: -1}
+		if e.Error.Index != nil {
+			ae.Index = *e.Error.Index
+		}
+		return nil, ae
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -424,6 +436,33 @@ func (c *Client) Resolve(ctx context.Context, typ, id, take string) (Entity, err
 	var e Entity
 	_, err := c.do(ctx, http.MethodPost, "/v1/entities/"+esc(typ)+"/"+esc(id)+"/resolve", nil, map[string]string{"take": take}, nil, &e)
 	return e, err
+}
+
+// BatchWrite is one write of Batch: Op "create", "update" or "delete".
+type BatchWrite struct {
+	Op             string `json:"op"`
+	Type           string `json:"type"`
+	ID             string `json:"id,omitempty"`
+	Data           any    `json:"data,omitempty"`
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+}
+
+// Batch makes every write in ONE transaction on syncd's side: all of
+// them or, when one is refused, none (the *Error then carries Index).
+// Each write without an IdempotencyKey gets a new UUID as its key here,
+// fixed now, so a retry of the same call replays the same writes.
+func (c *Client) Batch(ctx context.Context, writes []BatchWrite) ([]Entity, error) {
+	ws := slices.Clone(writes)
+	for i := range ws {
+		if ws[i].IdempotencyKey == "" {
+			ws[i].IdempotencyKey = uuid.NewString()
+		}
+	}
+	var ans struct {
+		Results []Entity `json:"results"`
+	}
+	_, err := c.do(ctx, http.MethodPost, "/v1/batch", nil, map[string]any{"writes": ws}, nil, &ans)
+	return ans.Results, err
 }
 
 // Status reads syncd's status.

@@ -436,3 +436,36 @@ func TestClientResolve(t *testing.T) {
 		t.Fatalf("take local: %+v %v", res, err)
 	}
 }
+
+// TestClientBatch: one call, all or none; the refused write's index; the
+// keys fixed by the client replay on a retry of the same call.
+func TestClientBatch(t *testing.T) {
+	t.Parallel()
+	e := localapitest.Start(t, localapitest.Options{Account: "alice"})
+	c := newClient(t, e.Addr)
+	ctx := context.Background()
+	ws := []client.BatchWrite{
+		{Op: "create", Type: "note", ID: "a", Data: map[string]any{"v": 1}, IdempotencyKey: "ka"},
+		{Op: "create", Type: "note", ID: "b", Data: map[string]any{"v": 2}, IdempotencyKey: "kb"},
+		{Op: "update", Type: "note", ID: "a", Data: map[string]any{"w": 3}, IdempotencyKey: "ka2"},
+	}
+	got, err := c.Batch(ctx, ws)
+	if err != nil || len(got) != 3 || got[2].Version != 2 || got[0].OperationID != "ka" {
+		t.Fatalf("batch: %+v %v", got, err)
+	}
+	again, err := c.Batch(ctx, ws)
+	if err != nil || again[1].OperationID != "kb" {
+		t.Fatalf("the same batch again: %+v %v", again, err)
+	}
+	if st, _ := e.Store.Stats(); st.Counts["pending"] != 3 {
+		t.Fatalf("replayed batch wrote: %v", st.Counts)
+	}
+	_, err = c.Batch(ctx, []client.BatchWrite{{Op: "create", Type: "note", ID: "c", Data: map[string]any{}}, {Op: "delete", Type: "note", ID: "nope"}})
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 404 || ce.Index != 1 {
+		t.Fatalf("refused batch: %#v", err)
+	}
+	if _, err := c.Get(ctx, "note", "c"); !client.IsCode(err, "not_found") {
+		t.Fatalf("the refused batch's first write was made: %v", err)
+	}
+}

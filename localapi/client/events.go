@@ -108,9 +108,9 @@ func (s *Subscription) dial(ctx context.Context) (*websocket.Conn, error) {
 				Error struct{ Code, Message string } `json:"error"`
 			}
 			if json.NewDecoder(resp.Body).Decode(&e) == nil && e.Error.Code != "" {
-				return nil, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+				return nil, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Index: -1}
 			}
-			return nil, &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: resp.Status}
+			return nil, &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: resp.Status, Index: -1}
 		}
 		return nil, fmt.Errorf("client: events: %w", err)
 	}

@@ -1,0 +1,205 @@
+package localapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/syncd/syncd/daemon"
+	"github.com/syncd/syncd/queue"
+)
+
+// DefaultMaxBatchBytes bounds a POST /v1/batch body (4 MiB): a batch may
+// be larger than a single write's body, and each of its writes keeps the
+// single-write data limit.
+const DefaultMaxBatchBytes = 4 << 20
+
+const batchPath = "/v1/batch"
+
+// batchWrite is one write of a batch.
+type batchWrite struct {
+	Op             string          `json:"op"`
+	Type           string          `json:"type"`
+	ID             string          `json:"id"`
+	Data           json.RawMessage `json:"data"`
+	IdempotencyKey string          `json:"idempotencyKey"`
+}
+
+// batchAnswer is the answer to a batch: each write's entity answer, in
+// order.
+type batchAnswer struct {
+	Results []entityAnswer `json:"results"`
+}
+
+// batchIndexError is a refused batch: the write at Index is why.
+type batchIndexError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Index   int    `json:"index"`
+	} `json:"error"`
+}
+
+// POST /v1/batch {"writes":[{op, type, id?, data?, idempotencyKey?}, ...]}
+// → 200 {"results":[entity + operationId, ...]}: every write in ONE
+// transaction, all or none. A refused write answers its own error with
+// "index" and nothing is written. A write's idempotencyKey acts as the
+// Idempotency-Key of the same write sent alone (same key and write: the
+// first answer; another write: 422).
+func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
+	if _, err := query(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if len(r.Header.Values(headerIdempotencyKey)) > 0 {
+		s.fail(w, r, badRequest(CodeInvalidRequest, "a batch takes no Idempotency-Key header: give each write its idempotencyKey"))
+		return
+	}
+	var raw []json.RawMessage
+	var ordered bool
+	orderedField := &field{name: "ordered", dst: &ordered}
+	if _, err := s.parseWrite(r, &field{name: "writes", dst: &raw, required: true}, orderedField); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if ordered {
+		s.fail(w, r, badRequest(CodeInvalidRequest, `"ordered": true is not supported yet: send a parent's batch, then its children's once the parent is synced`))
+		return
+	}
+	if len(raw) == 0 || len(raw) > queue.MaxBatchWrites {
+		s.fail(w, r, badRequest(CodeInvalidRequest, fmt.Sprintf("writes must hold 1 to %d writes, got %d", queue.MaxBatchWrites, len(raw))))
+		return
+	}
+	ws := make([]queue.Write, len(raw))
+	for i, item := range raw {
+		wr, err := s.batchItem(item)
+		if err != nil {
+			s.failIndex(w, r, i, err)
+			return
+		}
+		ws[i] = wr
+	}
+	var results []queue.Result
+	err := s.d.AccountWrite(func(account string) error {
+		for i := range ws {
+			ws[i].AccountID = account
+		}
+		var err error
+		results, err = s.store.ApplyBatch(r.Context(), ws)
+		return err
+	})
+	if errors.Is(err, daemon.ErrNoSession) {
+		err = errNoSession
+	}
+	var be *queue.BatchError
+	if errors.As(err, &be) {
+		s.failIndex(w, r, be.Index, be.Err)
+		return
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.d.Notify()
+	ans := batchAnswer{Results: make([]entityAnswer, len(results))}
+	for i, res := range results {
+		e := res.Entity
+		if e.ID == "" {
+			op := res.Operation
+			e = queue.Entity{AccountID: op.AccountID, Type: op.EntityType, ID: op.EntityID, Deleted: true}
+			if op.State == queue.StateDone {
+				e.SyncState = queue.SyncSynced
+			}
+		}
+		ans.Results[i] = entityAnswer{Entity: e, OperationID: res.Operation.ID}
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// batchItem parses one write of a batch into the queue write it makes,
+// with the fingerprint the same write sent alone would have.
+func (s *Server) batchItem(item json.RawMessage) (queue.Write, error) {
+	var bw batchWrite
+	idField, dataField, keyField := &field{name: "id", dst: &bw.ID}, &field{name: "data", dst: &bw.Data}, &field{name: "idempotencyKey", dst: &bw.IdempotencyKey}
+	if err := decodeObject(item, &field{name: "op", dst: &bw.Op, required: true}, &field{name: "type", dst: &bw.Type, required: true},
+		idField, dataField, keyField); err != nil {
+		return queue.Write{}, err
+	}
+	if err := queue.ValidateEntityType(bw.Type); err != nil {
+		return queue.Write{}, badRequest(CodeInvalidRequest, fmt.Sprintf("type %q must be 1 to %d letters, digits, '_', '-' or '.'", bw.Type, queue.MaxEntityTypeLen))
+	}
+	if err := s.lookupType(bw.Type); err != nil {
+		return queue.Write{}, err
+	}
+	if (idField.present || bw.Op != "create") && validID(bw.ID, queue.ValidateEntityID) != nil {
+		return queue.Write{}, badRequest(CodeInvalidRequest, `field "id" `+idProblem(queue.MaxEntityIDLen))
+	}
+	wr := queue.Write{EntityType: bw.Type, EntityID: bw.ID, Data: bw.Data}
+	base := "/v1/entities/" + url.PathEscape(bw.Type)
+	var (
+		method, path string
+		body         any
+	)
+	switch bw.Op {
+	case "create":
+		if err := requireObject("data", bw.Data); err != nil {
+			return queue.Write{}, err
+		}
+		wr.Op, method, path = queue.OpCreate, http.MethodPost, base
+		single := map[string]any{"data": bw.Data}
+		if idField.present {
+			single["id"] = bw.ID
+		}
+		body = single
+	case "update":
+		if err := requireObject("data", bw.Data); err != nil {
+			return queue.Write{}, err
+		}
+		wr.Op, method, path = queue.OpUpdate, http.MethodPatch, base+"/"+url.PathEscape(bw.ID)
+		body = map[string]any{"data": bw.Data}
+	case "delete":
+		if dataField.present {
+			return queue.Write{}, badRequest(CodeInvalidRequest, "a delete takes no data")
+		}
+		wr.Op, method, path = queue.OpDelete, http.MethodDelete, base+"/"+url.PathEscape(bw.ID)
+	default:
+		return queue.Write{}, badRequest(CodeInvalidRequest, `op must be "create", "update" or "delete"`)
+	}
+	if keyField.present {
+		if err := validID(bw.IdempotencyKey, queue.ValidateOperationID); err != nil {
+			return queue.Write{}, badRequest(CodeInvalidRequest, fmt.Sprintf("idempotencyKey must be 1 to %d printable ASCII characters without spaces or '/', and not . or ..", queue.MaxOperationIDLen))
+		}
+		var raw []byte
+		if body != nil {
+			raw, _ = json.Marshal(body)
+		}
+		fp, err := fingerprint(method, path, raw)
+		if err != nil {
+			return queue.Write{}, err
+		}
+		wr.OperationID, wr.RequestFingerprint = bw.IdempotencyKey, fp
+	}
+	return wr, nil
+}
+
+// failIndex writes the error of the batch's write i, with "index".
+func (s *Server) failIndex(w http.ResponseWriter, r *http.Request, i int, err error) {
+	status, code := classify(err)
+	if status == http.StatusInternalServerError {
+		s.fail(w, r, err)
+		return
+	}
+	var ae *apiError
+	msg := err.Error()
+	if errors.As(err, &ae) {
+		msg = ae.message
+	}
+	if code == CodeStorageFull {
+		msg = msgStorageFull
+	}
+	var ans batchIndexError
+	ans.Error.Code, ans.Error.Message, ans.Error.Index = code, fmt.Sprintf("write %d: %s; nothing of the batch was written", i, msg), i
+	writeJSON(w, status, ans)
+}

@@ -351,7 +351,9 @@ func (f fakeStore) Retry(context.Context, string) (queue.Operation, error) {
 	return queue.Operation{}, f.err
 }
 func (f fakeStore) Discard(context.Context, string) error { return f.err }
-func (f fakeStore) ApplyBatch(context.Context, []queue.Write) ([]queue.Result, error) { return nil, f.err }
+func (f fakeStore) ApplyBatch(context.Context, []queue.Write) ([]queue.Result, error) {
+	return nil, f.err
+}
 
 func (f fakeStore) Resolve(context.Context, string, string, string, string) (queue.Entity, bool, error) {
 	return queue.Entity{}, false, f.err

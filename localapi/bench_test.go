@@ -195,3 +195,56 @@ func parallel(b *testing.B, clients, n int, fn func() error) time.Duration {
 	}
 	return d
 }
+
+// BenchmarkImport is one client importing records: 10,000 creates as
+// single POSTs against the same through POST /v1/batch, 100 a call, on
+// one fsyncing file each, side by side in one run (alternating in
+// rounds). It reports both rates and batch/single (target ≥ 10).
+func BenchmarkImport(b *testing.B) {
+	const total, per = 10000, 100
+	data := func(i int) string {
+		return fmt.Sprintf(`{"title":"note %d","body":"%s","done":false}`, i, strings.Repeat("x", 64))
+	}
+	var singleDur, batchDur time.Duration
+	n := 0
+	for b.Loop() {
+		b.StopTimer()
+		single := setup(b, envOptions{account: "alice", durable: true})
+		batched := setup(b, envOptions{account: "alice", durable: true})
+		b.StartTimer()
+		// Rounds of 1,000, alternating, so drift hits both alike.
+		for round := range total / 1000 {
+			began := time.Now()
+			for i := round * 1000; i < (round+1)*1000; i++ {
+				if err := postCreate(single, single.url+"/v1/entities/note", `{"data":`+data(i)+`}`, fmt.Sprintf("s-%d", i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			singleDur += time.Since(began)
+			began = time.Now()
+			for start := round * 1000; start < (round+1)*1000; start += per {
+				var ws []string
+				for i := start; i < start+per; i++ {
+					ws = append(ws, fmt.Sprintf(`{"op":"create","type":"note","data":%s,"idempotencyKey":"b-%d"}`, data(i), i))
+				}
+				req, _ := http.NewRequest("POST", batched.url+"/v1/batch", strings.NewReader(`{"writes":[`+strings.Join(ws, ",")+`]}`))
+				req.Header.Set("Authorization", "Bearer "+testToken)
+				req.Header.Set("Content-Type", "application/json")
+				res, err := batched.client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != http.StatusOK {
+					b.Fatalf("batch: %d", res.StatusCode)
+				}
+			}
+			batchDur += time.Since(began)
+		}
+		n += total
+	}
+	b.ReportMetric(float64(n)/singleDur.Seconds(), "single_creates/s")
+	b.ReportMetric(float64(n)/batchDur.Seconds(), "batch_creates/s")
+	b.ReportMetric(singleDur.Seconds()/batchDur.Seconds(), "batch/single")
+}

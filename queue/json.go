@@ -105,11 +105,12 @@ func decodeNumbers(data []byte) (any, error) {
 // payloadFingerprint is the SHA-256 (hex) of the canonical JSON of an
 // operation's business fields: what it does, to what, with which data.
 func payloadFingerprint(op *Operation) string {
+	// Payloads are canonical JSON already: every entity's data is made
+	// canonical where it enters the store (an app's write, a merge
+	// patch's result, a pulled change), and a payload is that data.
 	data := json.RawMessage("null")
 	if len(op.Payload) > 0 {
-		if c, err := canonicalJSON(op.Payload); err == nil {
-			data = c
-		}
+		data = op.Payload
 	}
 	b, _ := json.Marshal(struct {
 		Type           OpType          `json:"operationType"`

@@ -255,6 +255,15 @@ func (tx *txw) applyChange(account string, c *Change, fullPass bool, res *PageRe
 			"type", c.EntityType, "id", c.EntityID, "version", c.Version)
 		return nil
 	}
+	if !c.Deleted {
+		// Stored data is canonical JSON, as an app's write makes it.
+		data, err := canonicalJSON(c.Data)
+		if err != nil || len(data) > tx.s.cfg.MaxDataBytes {
+			res.Skipped++
+			return nil
+		}
+		c.Data = data
+	}
 	if fullPass {
 		seen, err := tx.seenBucket(account, true)
 		if err != nil {
@@ -412,6 +421,10 @@ func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, s
 		srv := server
 		if srv.Deleted {
 			srv.Data = nil
+		} else if c, err := canonicalJSON(srv.Data); err == nil {
+			srv.Data = c
+		} else {
+			srv.Data = nil // not an object this store can hold: the record is still shown by version
 		}
 		if srv.Version <= e.ServerVersion {
 			// An answer without the record's version (a 410): the server

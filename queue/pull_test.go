@@ -349,7 +349,7 @@ func TestNewerServerRecordIsTakenWhenLocalChangesSettle(t *testing.T) {
 		t.Fatal(err)
 	}
 	e, _ := entity(t, s, "x")
-	if e.SyncState != SyncSynced || e.ServerVersion != 3 || e.Server != nil || string(e.Data) != `{"v":0,"by":"B"}` {
+	if e.SyncState != SyncSynced || e.ServerVersion != 3 || e.Server != nil || string(e.Data) != `{"by":"B","v":0}` {
 		t.Fatalf("x = %+v (server %+v), want B's later record", e, e.Server)
 	}
 }

@@ -333,3 +333,62 @@ func TestFeedUnderConcurrentWriters(t *testing.T) {
 		}
 	})
 }
+
+// TestBatchRoute: each operation of a batch goes through the gate on its
+// own: its own record and replay, 422 for a reused key, a refusal that
+// does not stop the others; the whole batch resent replays item by item.
+func TestBatchRoute(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		h := setup(t, b.config(t))
+		ex := entityOf(t, h.must(t, "POST", "/v1/notes", "alice", newKey(), `{"clientId":"x","data":{}}`))
+		body := `{"operations":[
+			{"idempotencyKey":"k1","method":"POST","path":"/v1/notes","body":{"clientId":"a","data":{"v":1}}},
+			{"idempotencyKey":"k2","method":"POST","path":"/v1/notes","body":{"clientId":"b","data":[1]}},
+			{"idempotencyKey":"k3","method":"PATCH","path":"/v1/notes/` + ex.ID + `","body":{"data":{"v":2}}},
+			{"idempotencyKey":"k4","method":"DELETE","path":"/v1/notes/` + ex.ID + `"},
+			{"method":"POST","path":"/v1/notes","body":{"clientId":"c","data":{}}},
+			{"idempotencyKey":"k5","method":"POST","path":"/v1/batch","body":{"operations":[]}}]}`
+		type res struct {
+			Status   int
+			Body     json.RawMessage
+			Replayed bool
+		}
+		var first struct{ Results []res }
+		r := h.must(t, "POST", "/v1/batch", "alice", "", body)
+		if r.status != 200 || json.Unmarshal([]byte(r.body), &first) != nil || len(first.Results) != 6 {
+			t.Fatalf("batch: %d %s", r.status, r.body)
+		}
+		want := []int{201, 400, 200, 200, 400, 400}
+		for i, st := range want {
+			if first.Results[i].Status != st || first.Results[i].Replayed {
+				t.Errorf("operation %d: %d %s, want %d", i, first.Results[i].Status, first.Results[i].Body, st)
+			}
+		}
+		var again struct{ Results []res }
+		r = h.must(t, "POST", "/v1/batch", "alice", "", body)
+		json.Unmarshal([]byte(r.body), &again)
+		for i := range []int{0, 1, 2, 3} {
+			if !again.Results[i].Replayed || string(again.Results[i].Body) != string(first.Results[i].Body) {
+				t.Errorf("resent operation %d: replayed=%v %s", i, again.Results[i].Replayed, again.Results[i].Body)
+			}
+		}
+		if n := h.count(t, "alice", "notes", "a"); n != 1 {
+			t.Fatalf("records of a: %d", n)
+		}
+		// The key of operation 0 alone, with another body: 422.
+		if r := h.must(t, "POST", "/v1/notes", "alice", "k1", `{"clientId":"z","data":{}}`); r.status != 422 {
+			t.Fatalf("a batch's key reused alone: %d", r.status)
+		}
+		caps := h.must(t, "GET", "/v1/capabilities", "alice", "", "")
+		if !strings.Contains(caps.body, `"maxOperations":100`) {
+			t.Fatalf("capabilities %s", caps.body)
+		}
+		if r := h.must(t, "POST", "/v1/batch", "alice", "", `{"operations":[]}`); r.status != 400 {
+			t.Fatalf("empty batch: %d", r.status)
+		}
+		if r := h.must(t, "POST", "/v1/batch", "", "", body); r.status != 401 {
+			t.Fatalf("no token: %d", r.status)
+		}
+	})
+}

@@ -348,8 +348,13 @@ func (s *Server) routes(wrap func(http.Handler) http.Handler) http.Handler {
 		},
 		WriteError: writeError,
 	}))
+	// Each operation of a batch goes through this same mux, so through
+	// the gate on its own. (The literal routes make "batch", "changes" and
+	// "capabilities" names no entity type can take here.)
+	batch := idempotency.BatchConfig{Handler: api, WriteError: writeError}
+	api.Handle("POST /v1/batch", idempotency.BatchHandler(batch))
 	api.HandleFunc("GET /v1/capabilities", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"changes": true})
+		writeJSON(w, http.StatusOK, map[string]any{"changes": true, "batch": batch.Capabilities()})
 	})
 
 	root := http.NewServeMux()

@@ -36,7 +36,9 @@ const (
 	// arrived, not yet recorded), kill-after-reserve (remote: a
 	// reservation is made, not committed).
 	childFailpointEnv = "SYNCD_CHILD_FAILPOINT"
-	childSoakEnv      = "SYNCD_CHILD_SOAK" // writers,entities
+	// childBatchEnv sets the child daemon's Config.Batch (default off).
+	childBatchEnv = "SYNCD_CHILD_BATCH"
+	childSoakEnv  = "SYNCD_CHILD_SOAK" // writers,entities
 )
 
 // out serialises the child's report lines.
@@ -124,6 +126,12 @@ func childDaemon(mode string) error {
 		// The crash rows count the requests of sends; a pull's would be
 		// among them (the pull's own crash test is in cmd/syncd).
 		Pull: PullOff,
+		// One request per operation, as the crash rows expect, unless
+		// the rig asks for batches.
+		Batch: BatchMode(os.Getenv(childBatchEnv)),
+	}
+	if cfg.Batch == "" {
+		cfg.Batch = BatchOff
 	}
 	switch fp := os.Getenv(childFailpointEnv); fp {
 	case "":

@@ -113,6 +113,13 @@ type Config struct {
 	// hold when nothing is new (default DefaultPullWait, at most
 	// transport.MaxChangesWait).
 	PullWait time.Duration
+	// Batch says whether ready operations go out in batches (default
+	// BatchAuto). Batching needs a Transport that is a BatchSender.
+	// BatchSize and BatchBytes bound one batch (DefaultBatchSize,
+	// DefaultBatchBytes of payload).
+	Batch      BatchMode
+	BatchSize  int
+	BatchBytes int
 
 	// TestHookAfterClaim, if set, runs in the worker right after an
 	// operation turned sending, before the session check that precedes
@@ -168,6 +175,13 @@ type Daemon struct {
 	offline      chan struct{} // buffered 1: tells the prober an outage began
 
 	mis misconfig // a remote every operation fails on the same way
+
+	batcher       BatchSender // nil: no batches
+	batchMode     BatchMode
+	batchSize     int
+	batchBytes    int
+	batchMu       sync.Mutex
+	batchOffUntil time.Time // the remote had no batch route; single sends until then
 
 	puller    Puller // nil: no pull
 	pullMode  PullMode
@@ -250,6 +264,17 @@ func New(cfg Config) (*Daemon, error) {
 	d.pull.kick = make(chan struct{}, 1)
 	if p, ok := cfg.Transport.(Puller); ok && d.pullMode != PullOff {
 		d.puller = p
+	}
+	d.batchMode = cmp.Or(cfg.Batch, BatchAuto)
+	switch d.batchMode {
+	case BatchAuto, BatchOn, BatchOff:
+	default:
+		return nil, fmt.Errorf("daemon: Batch %q: want auto, on or off", cfg.Batch)
+	}
+	d.batchSize = min(cmp.Or(cfg.BatchSize, DefaultBatchSize), queue.MaxBatchWrites)
+	d.batchBytes = cmp.Or(cfg.BatchBytes, DefaultBatchBytes)
+	if b, ok := cfg.Transport.(BatchSender); ok && d.batchMode != BatchOff && d.batchSize > 1 {
+		d.batcher = b
 	}
 	d.life.init()
 	return d, nil

@@ -130,7 +130,34 @@ func (d *Daemon) worker(hard context.Context) {
 			return
 		default:
 		}
-		c, ok, err := d.claim(hard)
+		var (
+			c   claimed
+			ok  bool
+			err error
+		)
+		if d.batching() {
+			var cs []claimed
+			cs, ok, err = d.claimBatch(hard)
+			if ok && len(cs) > 1 {
+				if failures > 0 {
+					failures = 0
+					d.storeFail.ok()
+				}
+				if d.stopping() {
+					for _, c := range cs {
+						d.releaseUnsent(c, "stopping")
+					}
+					return
+				}
+				d.processBatch(hard, cs)
+				continue
+			}
+			if ok {
+				c = cs[0]
+			}
+		} else {
+			c, ok, err = d.claim(hard)
+		}
 		if err == nil && failures > 0 {
 			failures = 0
 			d.storeFail.ok()

@@ -171,6 +171,11 @@ func setup(t testing.TB, o envOpts) *env {
 		// long poll would be among them. Pull tests set Pull.
 		cfg.Pull = PullOff
 	}
+	if cfg.Batch == "" {
+		// They also count one request per operation; batch tests set
+		// Batch.
+		cfg.Batch = BatchOff
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}

@@ -81,7 +81,7 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 		return next, false
 	}
 	d.inSend.Add(1)
-	o := d.sender.Send(ctx, req)
+	o := d.sendOne(ctx, op.ID, req)
 	d.inSend.Add(-1)
 	leaseCut := errors.Is(ctx.Err(), context.DeadlineExceeded) && hard.Err() == nil && c.sess.ctx.Err() == nil
 	unhook()

@@ -36,6 +36,44 @@ func (s *Store) Claim(ctx context.Context, account, owner string, lease time.Dur
 	return out, err
 }
 
+// ClaimN is Claim for up to n operations at once, in one transaction,
+// for a batched send: it takes ready operations as Claim would, one
+// after another, until it has n, or their payloads would pass maxBytes
+// (the first is taken whatever its size), or none is ready. They share
+// the lease owner. It returns ErrNoReady when it took none.
+func (s *Store) ClaimN(ctx context.Context, account, owner string, lease time.Duration, n int, maxBytes int) ([]Operation, error) {
+	if lease <= 0 || n <= 0 {
+		return nil, fmt.Errorf("queue: claim: lease and n must be positive, got %v, %d", lease, n)
+	}
+	var out []Operation
+	err := s.update(ctx, func(tx *txw) error {
+		out = out[:0]
+		size := 0
+		for len(out) < n {
+			op, err := tx.nextReady(account)
+			if err != nil {
+				return err
+			}
+			if op == nil {
+				break
+			}
+			if len(out) > 0 && size+len(op.Payload) > maxBytes {
+				break
+			}
+			if err := tx.claim(op, owner, lease); err != nil {
+				return err
+			}
+			size += len(op.Payload)
+			out = append(out, *op)
+		}
+		if len(out) == 0 {
+			return ErrNoReady
+		}
+		return nil
+	})
+	return out, err
+}
+
 // nextReady finds the operation Claim would take, without changing it.
 func (tx *txw) nextReady(account string) (*Operation, error) {
 	if b, _ := tx.accountBucket(bucketReady, account, false); b != nil {

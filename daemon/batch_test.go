@@ -125,4 +125,3 @@ func TestBatchFallsBackWithoutRoute(t *testing.T) {
 		t.Fatalf("%d batch requests, want 1 (then an hour of single requests)", batches)
 	}
 }
-

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd/syncd/internal/faultproxy"
 	"github.com/syncd/syncd/queue"
 	"github.com/syncd/syncd/remote"
 	"github.com/syncd/syncd/transport"
@@ -182,4 +183,46 @@ func benchDrain(b *testing.B, conc int) {
 	if b.N > 1 {
 		fmt.Fprintf(os.Stdout, "drain concurrency=%d ops=%d: drained %.0f ops/s, plain POST %.0f/s, ratio %.2f (%.2f local commits per op)\n", conc, n, drainRate, plainRate, drainRate/plainRate, float64(drainCommits)/float64(n))
 	}
+}
+
+// BenchmarkDrainOverLatency drains 1,000 queued creates to the reference
+// server through a proxy that adds 50 ms to every request (a distant
+// server), at the default concurrency, batched and one request per
+// operation, side by side in one run, and reports the ops/s of both and
+// batched/single (target at least 10).
+func BenchmarkDrainOverLatency(b *testing.B) {
+	const ops = 1000
+	var batchedDur, singleDur time.Duration
+	for b.Loop() {
+		for _, mode := range []BatchMode{BatchOn, BatchOff} {
+			b.StopTimer()
+			e := setup(b, envOpts{realClock: true, quietLog: true, cfg: Config{Batch: mode}})
+			e.proxy.SetRule(func(faultproxy.Request) faultproxy.Action {
+				return faultproxy.Action{Kind: faultproxy.Delay, Delay: 50 * time.Millisecond}
+			})
+			for i := range ops {
+				if _, err := e.store.Apply(context.Background(), queue.Write{Op: queue.OpCreate, AccountID: "alice", EntityType: "note",
+					EntityID: fmt.Sprintf("n%04d", i), Data: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StartTimer()
+			began := time.Now()
+			if err := e.d.Start(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			e.events.wait(b, "drained", func([]queue.Event) bool {
+				st, err := e.store.Stats()
+				return err == nil && st.Counts[queue.StateDone] == ops
+			})
+			if mode == BatchOn {
+				batchedDur += time.Since(began)
+			} else {
+				singleDur += time.Since(began)
+			}
+		}
+	}
+	b.ReportMetric(float64(ops*b.N)/batchedDur.Seconds(), "batched_ops/s")
+	b.ReportMetric(float64(ops*b.N)/singleDur.Seconds(), "single_ops/s")
+	b.ReportMetric(singleDur.Seconds()/batchedDur.Seconds(), "batched/single")
 }

@@ -90,6 +90,9 @@ type Settings struct {
 	// Pull says whether the server's changes are pulled into the local
 	// store: auto (when the remote has a changes feed), on or off.
 	Pull string `json:"pull"`
+	// Batch says whether ready operations are sent in batches: auto (when
+	// the remote has a batch route), on or off.
+	Batch string `json:"batch"`
 	// LockTimeout is how long a start waits for another syncd to release
 	// the data directory before giving up.
 	LockTimeout time.Duration `json:"lockTimeout"`
@@ -119,6 +122,7 @@ func Defaults(scope Scope, getenv func(string) string) Settings {
 		MaxDataBytes:    queue.DefaultMaxDataBytes,
 		MaxQueueBytes:   queue.DefaultMaxQueueBytes,
 		Pull:            string(daemon.PullAuto),
+		Batch:           string(daemon.BatchAuto),
 		LockTimeout:     queue.DefaultLockTimeout,
 		ShutdownTimeout: DefaultShutdownTimeout,
 		LogLevel:        DefaultLogLevel,
@@ -222,6 +226,11 @@ func (s *Settings) finish() error {
 	}
 	if s.MaxBodyBytes <= int64(s.MaxDataBytes) {
 		return fmt.Errorf("%w: maxBodyBytes %d: want more than maxDataBytes (%d)", ErrInvalid, s.MaxBodyBytes, s.MaxDataBytes)
+	}
+	switch daemon.BatchMode(s.Batch) {
+	case daemon.BatchAuto, daemon.BatchOn, daemon.BatchOff:
+	default:
+		return fmt.Errorf("%w: batch %q: want auto, on or off", ErrInvalid, s.Batch)
 	}
 	switch daemon.PullMode(s.Pull) {
 	case daemon.PullAuto, daemon.PullOn, daemon.PullOff:

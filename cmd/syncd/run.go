@@ -139,6 +139,7 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 		// transport's (a send is cut off at two thirds of it).
 		Lease: 3 * rc.RequestTimeout,
 		Pull:  daemon.PullMode(rc.Pull),
+		Batch: daemon.BatchMode(rc.Batch),
 	})
 	if err != nil {
 		return fmt.Errorf("run: %w", err)

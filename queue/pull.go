@@ -398,20 +398,8 @@ func (tx *txw) remoteEvent(e *Entity, typ string) error {
 // the server's record beside the local data.
 func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, server ServerState) error {
 	return s.update(ctx, func(tx *txw) error {
-		op, err := tx.owned(id, owner, StatePermanentFailed)
+		op, err := tx.failOwned(id, owner, code, message, true, false)
 		if err != nil {
-			return err
-		}
-		if err := tx.leaseDel(op); err != nil {
-			return err
-		}
-		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
-		op.LastErrorCode, op.LastError = code, message
-		op.Declined, op.MaybeApplied = true, false
-		if err := tx.setState(op, StatePermanentFailed); err != nil {
-			return err
-		}
-		if err := tx.saveOp(op); err != nil {
 			return err
 		}
 		e, err := tx.loadEntity(op.AccountID, op.EntityType, op.EntityID)

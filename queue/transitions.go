@@ -327,27 +327,34 @@ func (s *Store) Decline(ctx context.Context, id, owner, code, message string) er
 
 func (s *Store) fail(ctx context.Context, id, owner, code, message string, declined, maybeApplied bool) error {
 	return s.update(ctx, func(tx *txw) error {
-		op, err := tx.owned(id, owner, StatePermanentFailed)
+		op, err := tx.failOwned(id, owner, code, message, declined, maybeApplied)
 		if err != nil {
-			return err
-		}
-		if err := tx.leaseDel(op); err != nil {
-			return err
-		}
-		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
-		op.LastErrorCode, op.LastError = code, message
-		// Declined is the caller's proof that nothing under the key was
-		// applied, which settles what MaybeApplied left open.
-		op.Declined = declined
-		op.MaybeApplied = !declined && (op.MaybeApplied || maybeApplied)
-		if err := tx.setState(op, StatePermanentFailed); err != nil {
-			return err
-		}
-		if err := tx.saveOp(op); err != nil {
 			return err
 		}
 		return tx.reconcileEntity(op.AccountID, op.EntityType, op.EntityID)
 	})
+}
+
+// failOwned moves the operation id, held by owner, to permanent_failed
+// with code and message. The caller reconciles its entity.
+func (tx *txw) failOwned(id, owner, code, message string, declined, maybeApplied bool) (*Operation, error) {
+	op, err := tx.owned(id, owner, StatePermanentFailed)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.leaseDel(op); err != nil {
+		return nil, err
+	}
+	op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
+	op.LastErrorCode, op.LastError = code, message
+	// Declined is the caller's proof that nothing under the key was
+	// applied, which settles what MaybeApplied left open.
+	op.Declined = declined
+	op.MaybeApplied = !declined && (op.MaybeApplied || maybeApplied)
+	if err := tx.setState(op, StatePermanentFailed); err != nil {
+		return nil, err
+	}
+	return op, tx.saveOp(op)
 }
 
 // Retry is the user's retry of a permanently failed operation: back to

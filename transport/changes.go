@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/syncd/syncd/changefeed"
 )
 
 // The changes feed: GET {BaseURL}/v1/changes?after=&limit=&wait=, the
@@ -39,24 +41,13 @@ var (
 	ErrUnauthorized = errors.New("transport: token refused")
 )
 
-// Change is one record of the feed, at its latest version.
-type Change struct {
-	Type        string          `json:"type"`
-	ID          string          `json:"id"`       // the server's id
-	ClientID    string          `json:"clientId"` // the local id
-	Version     int64           `json:"version"`
-	Deleted     bool            `json:"deleted,omitempty"`
-	Data        json.RawMessage `json:"data,omitempty"`
-	UpdatedAt   time.Time       `json:"updatedAt"`
-	OperationID string          `json:"operationId,omitempty"`
-}
-
-// ChangesPage is one answer of the feed.
-type ChangesPage struct {
-	Changes []Change `json:"changes"`
-	Cursor  string   `json:"cursor"`
-	HasMore bool     `json:"hasMore"`
-}
+// Change is one record of the feed, at its latest version, and
+// ChangesPage one answer of it: the wire types the server side
+// (package changefeed) writes.
+type (
+	Change      = changefeed.Change
+	ChangesPage = changefeed.Page
+)
 
 // Changes reads one page of the feed after cursor (empty: from the
 // beginning) for the account whose token is given. wait > 0 asks the

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -123,5 +124,86 @@ func TestBatchFallsBackWithoutRoute(t *testing.T) {
 	}
 	if batches != 1 {
 		t.Fatalf("%d batch requests, want 1 (then an hour of single requests)", batches)
+	}
+}
+
+// TestOrderedGroupParentFirst: an ordered batch (an invoice, then its
+// lines) reaches the server parent first even when the parent's first
+// sends fail, in batches or not; a refused parent keeps its children
+// unsent.
+func TestOrderedGroupParentFirst(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []BatchMode{BatchOn, BatchOff} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, envOpts{realClock: true, cfg: Config{Batch: mode, Concurrency: 4,
+				Policy: transport.Policy{Backoff: transport.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond}}}})
+			group := func(parentData string) []queue.Result {
+				ws := []queue.Write{{Op: queue.OpCreate, AccountID: "alice", EntityType: "note", EntityID: "inv", Data: json.RawMessage(parentData)}}
+				for i := range 5 {
+					ws = append(ws, queue.Write{Op: queue.OpCreate, AccountID: "alice", EntityType: "note", EntityID: fmt.Sprintf("line%d", i), Data: json.RawMessage(`{"inv":"inv"}`)})
+				}
+				res, err := e.store.ApplyBatch(t.Context(), ws, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res
+			}
+			group(`{"total":1}`)
+			var parentTries atomic.Int64
+			e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+				if strings.Contains(string(r.Body), `"total":1`) && parentTries.Add(1) <= 2 {
+					return faultproxy.Action{Kind: faultproxy.Respond, Status: 503}
+				}
+				return faultproxy.Action{Kind: faultproxy.Forward}
+			})
+			if err := e.d.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			e.events.wait(t, "all done", func([]queue.Event) bool {
+				st, err := e.store.Stats()
+				return err == nil && st.Counts[queue.StateDone] == 6
+			})
+			// The parent's successful request comes before any request
+			// that carries a line.
+			parentOK := -1
+			for i, l := range e.proxy.Log() {
+				body := string(l.Request.Body)
+				if strings.Contains(body, `"total":1`) && l.Action == faultproxy.Forward && parentOK < 0 {
+					parentOK = i
+				}
+				if strings.Contains(body, `"inv":"inv"`) && (parentOK < 0 || i < parentOK) {
+					t.Fatalf("a line was sent (request %d) before the parent reached the server (%d)", i, parentOK)
+				}
+			}
+			for i := range 5 {
+				e.oneRecord(fmt.Sprintf("line%d", i))
+			}
+
+			// A refused parent: the lines wait, unsent.
+			e2 := setup(t, envOpts{realClock: true, cfg: Config{Batch: mode}})
+			ws := []queue.Write{{Op: queue.OpCreate, AccountID: "alice", EntityType: "note", EntityID: "bad", Data: json.RawMessage(`{"invalid":true}`)},
+				{Op: queue.OpCreate, AccountID: "alice", EntityType: "note", EntityID: "child", Data: json.RawMessage(`{"of":"bad"}`)}}
+			res2, err := e2.store.ApplyBatch(t.Context(), ws, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e2.d.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			e2.events.wait(t, "the parent refused", func([]queue.Event) bool {
+				op, err := e2.store.GetOperation(res2[0].Operation.ID)
+				return err == nil && op.State == queue.StatePermanentFailed
+			})
+			e2.d.Drain(t.Context())
+			if op, _ := e2.store.GetOperation(res2[1].Operation.ID); op.State != queue.StatePending || op.AttemptCount != 0 {
+				t.Fatalf("the child of a refused parent: %+v", op)
+			}
+			for _, l := range e2.proxy.Log() {
+				if strings.Contains(string(l.Request.Body), `"of":"bad"`) {
+					t.Fatal("the child of a refused parent was sent")
+				}
+			}
+		})
 	}
 }

@@ -351,7 +351,7 @@ func (f fakeStore) Retry(context.Context, string) (queue.Operation, error) {
 	return queue.Operation{}, f.err
 }
 func (f fakeStore) Discard(context.Context, string) error { return f.err }
-func (f fakeStore) ApplyBatch(context.Context, []queue.Write) ([]queue.Result, error) {
+func (f fakeStore) ApplyBatch(context.Context, []queue.Write, bool) ([]queue.Result, error) {
 	return nil, f.err
 }
 

@@ -42,9 +42,11 @@ type batchIndexError struct {
 	} `json:"error"`
 }
 
-// POST /v1/batch {"writes":[{op, type, id?, data?, idempotencyKey?}, ...]}
-// → 200 {"results":[entity + operationId, ...]}: every write in ONE
-// transaction, all or none. A refused write answers its own error with
+// POST /v1/batch {"writes":[{op, type, id?, data?, idempotencyKey?}, ...],
+// "ordered"?: bool} → 200 {"results":[entity + operationId, ...]}: every
+// write in ONE transaction, all or none. With ordered, the operations
+// reach the server in the batch's order across entities (each waits for
+// the one before it; a failed one holds the rest). A refused write answers its own error with
 // "index" and nothing is written. A write's idempotencyKey acts as the
 // Idempotency-Key of the same write sent alone (same key and write: the
 // first answer; another write: 422).
@@ -62,10 +64,6 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	orderedField := &field{name: "ordered", dst: &ordered}
 	if _, err := s.parseWrite(r, &field{name: "writes", dst: &raw, required: true}, orderedField); err != nil {
 		s.fail(w, r, err)
-		return
-	}
-	if ordered {
-		s.fail(w, r, badRequest(CodeInvalidRequest, `"ordered": true is not supported yet: send a parent's batch, then its children's once the parent is synced`))
 		return
 	}
 	if len(raw) == 0 || len(raw) > queue.MaxBatchWrites {
@@ -87,7 +85,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 			ws[i].AccountID = account
 		}
 		var err error
-		results, err = s.store.ApplyBatch(r.Context(), ws)
+		results, err = s.store.ApplyBatch(r.Context(), ws, ordered)
 		return err
 	})
 	if errors.Is(err, daemon.ErrNoSession) {

@@ -85,7 +85,7 @@ func TestBatch(t *testing.T) {
 		{"unknown op", `{"writes":[{"op":"upsert","type":"note","id":"x","data":{}}]}`, 400},
 		{"delete with data", `{"writes":[{"op":"delete","type":"note","id":"n00","data":{}}]}`, 400},
 		{"update without id", `{"writes":[{"op":"update","type":"note","data":{}}]}`, 400},
-		{"ordered", `{"writes":[{"op":"create","type":"note","data":{}}],"ordered":true}`, 400},
+		{"ordered not a bool", `{"writes":[{"op":"create","type":"note","data":{}}],"ordered":"yes"}`, 400},
 		{"unknown member", `{"writes":[{"op":"create","type":"note","data":{},"x":1}]}`, 400},
 		{"missing entity", `{"writes":[{"op":"delete","type":"note","id":"nope"}]}`, 404},
 		{"too many", `{"writes":[` + strings.Repeat(`{"op":"create","type":"note","data":{}},`, 1000) + `{"op":"create","type":"note","data":{}}]}`, 400},

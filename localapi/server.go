@@ -72,7 +72,7 @@ type Store interface {
 	Retry(ctx context.Context, id string) (queue.Operation, error)
 	Discard(ctx context.Context, id string) error
 	Resolve(ctx context.Context, account, entityType, id, take string) (queue.Entity, bool, error)
-	ApplyBatch(ctx context.Context, ws []queue.Write) ([]queue.Result, error)
+	ApplyBatch(ctx context.Context, ws []queue.Write, ordered bool) ([]queue.Result, error)
 }
 
 // Config configures a Server. Daemon and Token are required; the zero

@@ -28,8 +28,12 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // the earlier ones (a create then updates of one entity), and a write
 // whose OperationID names an operation that exists replays it as Apply
 // does. Each write's operation is queued as if written alone: the
-// batch's writes to different entities go out in parallel.
-func (s *Store) ApplyBatch(ctx context.Context, ws []Write) ([]Result, error) {
+// batch's writes to different entities go out in parallel. With ordered
+// set, each operation waits until the one before it in the batch is
+// done (Operation.After): they reach the server in the batch's order,
+// across entities, and one that fails holds the rest until the user
+// retries it (and it succeeds) or discards it.
+func (s *Store) ApplyBatch(ctx context.Context, ws []Write, ordered bool) ([]Result, error) {
 	if len(ws) == 0 {
 		return nil, fmt.Errorf("%w: a batch needs at least one write", ErrInvalidWrite)
 	}
@@ -45,6 +49,9 @@ func (s *Store) ApplyBatch(ctx context.Context, ws []Write) ([]Result, error) {
 	err := s.update(ctx, func(tx *txw) error {
 		results = results[:0]
 		for i := range ws {
+			if ordered && i > 0 {
+				ws[i].After = results[i-1].Operation.ID
+			}
 			r, err := tx.apply(&ws[i])
 			if err != nil {
 				return &BatchError{Index: i, Err: err}

@@ -19,7 +19,8 @@ import (
 //   - every unfinished operation is in the partition and unfinished
 //     indexes, and no finished one is;
 //   - the ready index holds exactly the partition heads that are pending
-//     or retry_waiting, under their next_attempt_at; the lease index
+//     or retry_waiting and not held by their ordered batch, under their
+//     next_attempt_at; the lease index
 //     exactly the sending operations, under their lease expiry;
 //   - the done index holds exactly the done operations;
 //   - op_ids maps every operation's id to its seq and nothing else;
@@ -145,8 +146,15 @@ func (s *Store) Check() error {
 		}
 
 		// Ready and lease indexes, per account.
+		byID := make(map[string]*Operation, len(ops))
+		for _, op := range ops {
+			byID[op.ID] = op
+		}
 		wantReady := map[string]bool{}
 		for _, h := range heads {
+			if prev := byID[h.After]; h.After != "" && prev != nil && prev.State != StateDone {
+				continue // held by its ordered batch
+			}
 			if h.State == StatePending || h.State == StateRetryWaiting {
 				wantReady[h.AccountID+"\x00"+string(timeSeqKey(h.NextAttemptAt, h.Seq))] = true
 			}

@@ -21,11 +21,13 @@ var (
 	bucketLeases     = []byte("leases")     // account → bucket of leaseExpiresAt+seq → empty: ops being sent
 	bucketDone       = []byte("done")       // completedAt+seq → empty: done ops, for the retention sweep
 	bucketEvents     = []byte("events")     // seq → Event JSON: the durable change log
+	bucketWaits      = []byte("waits")      // operation id\0seq → empty: the operation seq waits for (ordered batches)
 )
 
 var allBuckets = [][]byte{
 	bucketMeta, bucketCounts, bucketEntities, bucketOps, bucketOpIDs,
 	bucketPartitions, bucketUnfinished, bucketReady, bucketLeases, bucketDone, bucketEvents,
+	bucketWaits,
 }
 
 var (

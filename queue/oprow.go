@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -228,8 +230,67 @@ func (w *txw) finish(op *Operation) error {
 	if err != nil || head == nil {
 		return err
 	}
-	if head.State == StatePending || head.State == StateRetryWaiting {
+	if (head.State == StatePending || head.State == StateRetryWaiting) && !w.held(head) {
 		return w.readyPut(head)
+	}
+	return nil
+}
+
+// waitKey is the key of the waits index: op waits for the operation id.
+func waitKey(id string, seq uint64) []byte {
+	return append(append([]byte(id), 0), u64(seq)...)
+}
+
+// held reports whether op waits for the operation before it in its
+// ordered batch: one that exists and is not done.
+func (w *txw) held(op *Operation) bool {
+	if op.After == "" {
+		return false
+	}
+	prev, err := w.loadOp(op.After)
+	return err == nil && prev.State != StateDone
+}
+
+// waitedFor reports whether an operation of an ordered batch waits for
+// the operation id.
+func (w *txw) waitedFor(id string) bool {
+	prefix := append([]byte(id), 0)
+	k, _ := w.b(bucketWaits).Cursor().Seek(prefix)
+	return k != nil && bytes.HasPrefix(k, prefix)
+}
+
+// release frees the operations that wait for op, now done or gone: each
+// that is its partition's head and waiting becomes ready.
+func (w *txw) releaseWaiters(op *Operation) error {
+	prefix := append([]byte(op.ID), 0)
+	var keys [][]byte
+	c := w.b(bucketWaits).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	for _, k := range keys {
+		if err := w.del(w.b(bucketWaits), k); err != nil {
+			return err
+		}
+		next, err := w.loadOpBySeq(readU64(k[len(prefix):]))
+		if errors.Is(err, ErrOperationNotFound) {
+			continue // purged meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		if next.State != StatePending && next.State != StateRetryWaiting {
+			continue
+		}
+		head, err := w.partitionHead(next.AccountID, next.EntityType, next.EntityID)
+		if err != nil {
+			return err
+		}
+		if head != nil && head.Seq == next.Seq {
+			if err := w.readyPut(next); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -87,6 +87,7 @@ const (
 	opMaybeApplied
 	opMergedInto
 	opPayloadInEntity // the payload is the entity row's data
+	opAfter
 	opFields
 )
 
@@ -559,6 +560,7 @@ func encodeOp(op *Operation, inEntity bool) []byte {
 	w.bool(opMaybeApplied, op.MaybeApplied)
 	w.str(opMergedInto, op.MergedInto)
 	w.bool(opPayloadInEntity, inEntity)
+	w.str(opAfter, op.After)
 	return w.finish()
 }
 
@@ -602,6 +604,7 @@ func decodeOp(seq uint64, v []byte) (op *Operation, inEntity bool, err error) {
 	op.MaybeApplied = r.is(opMaybeApplied)
 	op.MergedInto = r.str(opMergedInto)
 	inEntity = r.is(opPayloadInEntity)
+	op.After = r.str(opAfter)
 	if inEntity && r.is(opPayload) {
 		r.err = fmt.Errorf("%w: a payload both in the row and in the entity's", errRow)
 	}

@@ -142,6 +142,9 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 	if err := tx.put(tx.b(bucketDone), timeSeqKey(op.CompletedAt, op.Seq), nil); err != nil {
 		return nil, err
 	}
+	if err := tx.releaseWaiters(op); err != nil {
+		return nil, err
+	}
 	e, err := tx.loadEntity(op.AccountID, op.EntityType, op.EntityID)
 	if err != nil {
 		return nil, err
@@ -593,6 +596,15 @@ func (tx *txw) purgeOp(op *Operation) error {
 		return err
 	}
 	if err := tx.del(tx.b(bucketOpIDs), []byte(op.ID)); err != nil {
+		return err
+	}
+	if op.After != "" {
+		if err := tx.del(tx.b(bucketWaits), waitKey(op.After, op.Seq)); err != nil {
+			return err
+		}
+	}
+	// Given up: what waited for it in its ordered batch goes on.
+	if err := tx.releaseWaiters(op); err != nil {
 		return err
 	}
 	return tx.event(Event{

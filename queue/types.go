@@ -148,6 +148,11 @@ type Operation struct {
 	// the entity. Such an operation is done with no attempt; the server
 	// sees its effect when the later one completes.
 	MergedInto string `json:"mergedInto,omitempty"`
+	// After is set on an operation of an ordered batch (but its first):
+	// the operation before it in the batch, which must be done before
+	// this one is sent. While that one is not done (waiting, or failed
+	// and not yet retried or discarded), this one is held.
+	After string `json:"after,omitempty"`
 }
 
 // Key returns the Idempotency-Key to send: RemoteKey, or ID when the
@@ -184,6 +189,9 @@ type Write struct {
 	// returns ErrKeyReused.
 	OperationID        string
 	RequestFingerprint string
+	// After, set by ApplyBatch for an ordered batch, is the operation
+	// that must be done before this write's is sent (Operation.After).
+	After string
 }
 
 // Result is what Apply did.

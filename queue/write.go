@@ -244,7 +244,8 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	if w.Op == OpDelete && head != nil && head.State == StatePermanentFailed && head.Declined {
 		return tx.deleteOverDeclined(e, op, head)
 	}
-	if w.Op != OpCreate && head != nil && tx.s.mergeable[w.EntityType] {
+	op.After = w.After
+	if w.Op != OpCreate && head != nil && tx.s.mergeable[w.EntityType] && w.After == "" {
 		if merged, err := tx.mergeTail(op); err != nil {
 			return Result{}, err
 		} else if merged != nil && merged.Seq == head.Seq {
@@ -348,6 +349,10 @@ func (tx *txw) mergeTail(op *Operation) (*Operation, error) {
 	if tail.Type != OpUpdate || tail.State != StatePending || tail.AttemptCount != 0 {
 		return nil, nil
 	}
+	if tail.After != "" || tx.waitedFor(tail.ID) {
+		// A member of an ordered batch: the order holds it, not its data.
+		return nil, nil
+	}
 	if err := tx.finish(tail); err != nil {
 		return nil, err
 	}
@@ -371,6 +376,9 @@ func (tx *txw) doneUnsent(op *Operation) error {
 		return err
 	}
 	if err := tx.put(tx.b(bucketDone), timeSeqKey(op.CompletedAt, op.Seq), nil); err != nil {
+		return err
+	}
+	if err := tx.releaseWaiters(op); err != nil {
 		return err
 	}
 	return tx.opEvent(op)
@@ -421,7 +429,12 @@ func (tx *txw) insertOperation(op *Operation, isHead bool) error {
 	if err := tx.put(tx.b(bucketUnfinished), u64(op.Seq), nil); err != nil {
 		return err
 	}
-	if isHead {
+	if op.After != "" {
+		if err := tx.put(tx.b(bucketWaits), waitKey(op.After, op.Seq), nil); err != nil {
+			return err
+		}
+	}
+	if isHead && !tx.held(op) {
 		if err := tx.readyPut(op); err != nil {
 			return err
 		}

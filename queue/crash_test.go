@@ -31,6 +31,10 @@ func crashChild() bool {
 		fmt.Println("open:", err)
 		os.Exit(3)
 	}
+	if os.Getenv(crashBatchEnv) != "" {
+		batchCrashChild(s)
+		return true
+	}
 	var mu sync.Mutex
 	out := bufio.NewWriter(os.Stdout)
 	ack := func(id string) {

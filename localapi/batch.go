@@ -121,8 +121,10 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 func (s *Server) batchItem(item json.RawMessage) (queue.Write, error) {
 	var bw batchWrite
 	idField, dataField, keyField := &field{name: "id", dst: &bw.ID}, &field{name: "data", dst: &bw.Data}, &field{name: "idempotencyKey", dst: &bw.IdempotencyKey}
-	if err := decodeObject(item, &field{name: "op", dst: &bw.Op, required: true}, &field{name: "type", dst: &bw.Type, required: true},
-		idField, dataField, keyField); err != nil {
+	// The whole body passed decodeObject's strict check already: the
+	// item only needs its members.
+	if err := decodeFields(item, []*field{{name: "op", dst: &bw.Op, required: true}, {name: "type", dst: &bw.Type, required: true},
+		idField, dataField, keyField}); err != nil {
 		return queue.Write{}, err
 	}
 	if err := queue.ValidateEntityType(bw.Type); err != nil {

@@ -224,6 +224,19 @@ func TestSoak(t *testing.T) {
 
 type soakConfig struct {
 	writers, entities, kills int
+	batch                    bool // the children send in batches
+}
+
+// TestSoakBatched is TestSoak with batched sends: the faults (resets,
+// answers lost after the server committed, 503, 429, delays) and the
+// SIGKILLs hit whole batches.
+func TestSoakBatched(t *testing.T) {
+	t.Parallel()
+	cfg := soakConfig{writers: 4, entities: 60, kills: 4, batch: true}
+	if os.Getenv("SYNCD_SOAK") == "1" {
+		cfg = soakConfig{writers: 8, entities: 400, kills: 10, batch: true}
+	}
+	runSoak(t, cfg)
 }
 
 func runSoak(t *testing.T, cfg soakConfig) {
@@ -256,7 +269,11 @@ func runSoak(t *testing.T, cfg soakConfig) {
 	soakEnv := fmt.Sprintf("%s=%d,%d", childSoakEnv, cfg.writers, cfg.entities)
 	kills := 0
 	for round := 0; ; round++ {
-		c := startChild(t, childEnv+"=soak", childDirEnv+"="+r.dir, childRemoteEnv+"="+r.proxy.URL(), soakEnv)
+		env := []string{childEnv + "=soak", childDirEnv + "=" + r.dir, childRemoteEnv + "=" + r.proxy.URL(), soakEnv}
+		if cfg.batch {
+			env = append(env, childBatchEnv+"="+string(BatchOn))
+		}
+		c := startChild(t, env...)
 		c.expect(t, "ready")
 		if kills < cfg.kills {
 			// Kill after a random number of acknowledged writes, or

@@ -126,6 +126,7 @@ func (d *Daemon) runPuller(soft context.Context) {
 	defer d.life.wg.Done()
 	failures := 0
 	wait := time.Duration(0) // the long poll of the next read
+	limit := d.pullLimit     // halved while pages come back too big
 	noFeedLogged := false
 	// A kick from before the start (the stored session's sign-in) is
 	// not news.
@@ -173,7 +174,7 @@ func (d *Daemon) runPuller(soft context.Context) {
 		ctx, cancel := context.WithCancel(soft)
 		unhook := context.AfterFunc(s.ctx, cancel) // the session ended: drop the read
 		began := time.Now()
-		page, err := d.puller.Changes(ctx, s.token, st.Cursor, d.pullLimit, wait)
+		page, err := d.puller.Changes(ctx, s.token, st.Cursor, limit, wait)
 		elapsed := time.Since(began)
 		unhook()
 		cancel()
@@ -200,6 +201,10 @@ func (d *Daemon) runPuller(soft context.Context) {
 				}
 			}
 			wait = 0
+			continue
+		case errors.Is(err, transport.ErrResponseTooLarge) && limit > 1:
+			// Pages of big records: ask for fewer at a time.
+			limit = max(1, limit/2)
 			continue
 		case errors.Is(err, transport.ErrUnauthorized), errors.Is(err, transport.ErrInvalidToken):
 			if d.refreshNeeded(s) {
@@ -259,6 +264,7 @@ func (d *Daemon) runPuller(soft context.Context) {
 			wait = 0
 			continue
 		}
+		limit = d.pullLimit
 		d.setPullState(PullStateIdle, "")
 		if wait > 0 && elapsed < wait/2 && res.Applied+res.Kept+res.Removed == 0 {
 			// A long poll answered early with nothing new (this device's

@@ -24,6 +24,10 @@ type fakeFeed struct {
 }
 
 func startPuller(t *testing.T, mode PullMode, answer func(token, after string) (int, string)) (*Daemon, *fakeFeed, *eventLog) {
+	return startPullerWith(t, mode, transport.Config{}, answer)
+}
+
+func startPullerWith(t *testing.T, mode PullMode, tcfg transport.Config, answer func(token, after string) (int, string)) (*Daemon, *fakeFeed, *eventLog) {
 	t.Helper()
 	f := &fakeFeed{answer: answer, hits: make(chan string, 100)}
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -35,7 +39,7 @@ func startPuller(t *testing.T, mode PullMode, answer func(token, after string) (
 		f.mu.Lock()
 		f.tokens = append(f.tokens, tok)
 		f.mu.Unlock()
-		status, body := f.answer(tok, r.URL.Query().Get("after"))
+		status, body := f.answer(tok, r.URL.Query().Get("after")+"|"+r.URL.Query().Get("limit"))
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		w.Write([]byte(body))
@@ -50,7 +54,8 @@ func startPuller(t *testing.T, mode PullMode, answer func(token, after string) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := transport.New(transport.Config{BaseURL: hs.URL})
+	tcfg.BaseURL = hs.URL
+	client, err := transport.New(tcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +125,7 @@ func TestPullOnRetriesErrors(t *testing.T) {
 		if fail {
 			return 503, `{"error":{"code":"unavailable","message":"later"}}`
 		}
-		if after == "1" {
+		if strings.HasPrefix(after, "1|") {
 			return 200, `{"changes":[],"cursor":"1","hasMore":false}`
 		}
 		return 200, `{"changes":[{"type":"note","id":"s1","clientId":"n1","version":1,"data":{"v":1},"updatedAt":"2026-12-04T00:00:00Z"}],"cursor":"1","hasMore":false}`
@@ -172,4 +177,23 @@ func TestPullRefusedTokenPauses(t *testing.T) {
 	if n := strings.Count(strings.Join(f.tokens, ","), "alice.1"); n != 1 {
 		t.Fatalf("the refused token was sent %d times: %v", n, f.tokens)
 	}
+}
+
+// Pages too big to read are asked for again with fewer records, down to
+// one at a time: a feed of big records does not stop the pull.
+func TestPullHalvesTooBigPages(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 3000)
+	d, _, _ := startPullerWith(t, PullOn, transport.Config{MaxResponseBytes: 1000}, func(_, q string) (int, string) {
+		after, limit, _ := strings.Cut(q, "|")
+		if after != "" {
+			return 200, `{"changes":[],"cursor":"` + after + `","hasMore":false}`
+		}
+		if limit != "1" {
+			// Two records of 3,000 bytes: over the 4,000 a page may take.
+			return 200, `{"changes":[{"type":"note","id":"s1","clientId":"n1","version":1,"data":{"x":"` + big + `"},"updatedAt":"2026-12-04T00:00:00Z"},{"type":"note","id":"s2","clientId":"n2","version":1,"data":{"x":"` + big + `"},"updatedAt":"2026-12-04T00:00:00Z"}],"cursor":"2","hasMore":false}`
+		}
+		return 200, `{"changes":[{"type":"note","id":"s1","clientId":"n1","version":1,"data":{"x":"` + big + `"},"updatedAt":"2026-12-04T00:00:00Z"}],"cursor":"1","hasMore":false}`
+	})
+	waitPull(t, d, "the record pulled", func(p PullStatus) bool { return p.Received == 1 && p.State == PullStateIdle })
 }

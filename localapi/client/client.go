@@ -200,6 +200,9 @@ type Operation struct {
 	// before it was ever sent (a mergeable type); the id of that later
 	// operation, which carries its data. The operation is done.
 	MergedInto string `json:"mergedInto,omitempty"`
+	// After, in an ordered batch, is the operation that must be done
+	// before this one is sent; while it is not, this one is held.
+	After string `json:"after,omitempty"`
 }
 
 // Status is syncd's one-screen summary.

@@ -155,7 +155,7 @@ func (d *Daemon) runPuller(soft context.Context) {
 			}
 			continue
 		}
-		if st.Cursor == "" && !st.FullPass {
+		if st.Cursor == "" && !st.FullPass && !st.Bootstrapped {
 			if err := d.store.BeginFullPass(context.Background(), s.account); err != nil {
 				d.logger.Error("daemon: pull: beginning the first read failed", "err", err)
 				if !d.pullBackoff(soft, &failures, err) {
@@ -164,7 +164,7 @@ func (d *Daemon) runPuller(soft context.Context) {
 				continue
 			}
 		}
-		if st.Cursor == "" || st.FullPass {
+		if st.FullPass || (st.Cursor == "" && !st.Bootstrapped) {
 			d.setPullState(PullStateBootstrapping, "")
 			wait = 0
 		} else if wait == 0 {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,10 +18,11 @@ import (
 // fakeFeed is a remote that serves only GET /v1/changes, with answers the
 // test chooses per request.
 type fakeFeed struct {
-	mu     sync.Mutex
-	tokens []string
-	answer func(token, after string) (int, string)
-	hits   chan string
+	mu      sync.Mutex
+	tokens  []string
+	queries []string
+	answer  func(token, after string) (int, string)
+	hits    chan string
 }
 
 func startPuller(t *testing.T, mode PullMode, answer func(token, after string) (int, string)) (*Daemon, *fakeFeed, *eventLog) {
@@ -38,6 +40,7 @@ func startPullerWith(t *testing.T, mode PullMode, tcfg transport.Config, answer 
 		tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 		f.mu.Lock()
 		f.tokens = append(f.tokens, tok)
+		f.queries = append(f.queries, r.URL.RawQuery)
 		f.mu.Unlock()
 		status, body := f.answer(tok, r.URL.Query().Get("after")+"|"+r.URL.Query().Get("limit"))
 		w.Header().Set("Content-Type", "application/json")
@@ -196,4 +199,32 @@ func TestPullHalvesTooBigPages(t *testing.T) {
 		return 200, `{"changes":[{"type":"note","id":"s1","clientId":"n1","version":1,"data":{"x":"` + big + `"},"updatedAt":"2026-12-04T00:00:00Z"}],"cursor":"1","hasMore":false}`
 	})
 	waitPull(t, d, "the record pulled", func(p PullStatus) bool { return p.Received == 1 && p.State == PullStateIdle })
+}
+
+// A server with nothing for the account, which answers an empty cursor,
+// is long-polled once the first (empty) pass ended: not read again in a
+// loop.
+func TestPullEmptyFeedIsLongPolled(t *testing.T) {
+	t.Parallel()
+	d, f, _ := startPuller(t, PullOn, func(string, string) (int, string) {
+		return 200, `{"changes":[],"cursor":"","hasMore":false}`
+	})
+	waitPull(t, d, "idle", func(p PullStatus) bool { return p.State == PullStateIdle })
+	for range 3 {
+		<-f.hits
+	}
+	// After the first read, every read is a long poll: a pass begun
+	// again each time would read without waiting.
+	f.mu.Lock()
+	qs := slices.Clone(f.queries)
+	f.mu.Unlock()
+	for i, q := range qs[1:] {
+		if !strings.Contains(q, "wait=") {
+			t.Fatalf("read %d was not a long poll: %s (all: %q)", i+2, q, qs)
+		}
+	}
+	st, _ := d.Store().LoadPullState("alice")
+	if !st.Bootstrapped || st.FullPass {
+		t.Fatalf("pull state %+v", st)
+	}
 }

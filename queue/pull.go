@@ -63,6 +63,9 @@ type PullState struct {
 	Seen     int64 `json:"seen,omitempty"`
 	// LastPullAt is when the last page was applied.
 	LastPullAt time.Time `json:"lastPullAt,omitzero"`
+	// Bootstrapped is set once a full pass has ended: an empty cursor
+	// after it is the server's own (it had nothing), not a pass to make.
+	Bootstrapped bool `json:"bootstrapped,omitempty"`
 }
 
 // PageResult is what ApplyChanges did.
@@ -128,7 +131,7 @@ func (s *Store) RestartPull(ctx context.Context, account string) error {
 func (s *Store) BeginFullPass(ctx context.Context, account string) error {
 	return s.update(ctx, func(tx *txw) error {
 		st, err := tx.pullState(account)
-		if err != nil || st.FullPass || st.Cursor != "" {
+		if err != nil || st.FullPass || st.Cursor != "" || st.Bootstrapped {
 			return err
 		}
 		return tx.beginPass(account, st)
@@ -207,7 +210,7 @@ func (s *Store) ApplyChanges(ctx context.Context, account string, after string, 
 			// nothing of it is taken.
 			return fmt.Errorf("%w: the pull cursor moved from %q to %q", ErrPullCursorMoved, after, st.Cursor)
 		}
-		if after == "" && !st.FullPass {
+		if after == "" && !st.FullPass && !st.Bootstrapped {
 			if err := tx.beginPass(account, st); err != nil {
 				return err
 			}
@@ -232,7 +235,7 @@ func (s *Store) ApplyChanges(ctx context.Context, account string, after string, 
 				return err
 			}
 			res.Removed = n
-			st.FullPass, st.Seen = false, 0
+			st.FullPass, st.Seen, st.Bootstrapped = false, 0, true
 		}
 		return tx.savePullState(account, st)
 	})

@@ -1,0 +1,160 @@
+// The local API's JSON, as localapi/openapi.json describes it.
+// test/types.test.ts fails when the OpenAPI document gains a member these
+// types (through the key lists below) do not carry.
+
+export type SyncState = "pending" | "synced" | "failed" | "conflict";
+export type OperationState = "pending" | "sending" | "retry_waiting" | "permanent_failed" | "done";
+
+/** The server's record of an entity beside the local one. */
+export interface ServerRecord {
+  version: number;
+  deleted?: boolean;
+  data?: Record<string, unknown>;
+}
+
+export interface Entity {
+  accountId: string;
+  type: string;
+  id: string;
+  data: Record<string, unknown>;
+  deleted?: boolean;
+  syncState: SyncState;
+  serverId?: string;
+  syncError?: string;
+  version: number;
+  createdAt: string;
+  updatedAt: string;
+  lastOperationId: string;
+  syncedOperationId?: string;
+  serverVersion?: number;
+  server?: ServerRecord;
+  /** The operation a write made (write answers only). */
+  operationId?: string;
+  /** Resolve only: the entity left the store. */
+  removed?: boolean;
+}
+
+export interface Operation {
+  id: string;
+  seq: number;
+  accountId: string;
+  operationType: "create" | "update" | "delete";
+  entityType: string;
+  entityId: string;
+  payloadVersion: number;
+  payload?: Record<string, unknown>;
+  payloadFingerprint: string;
+  state: OperationState;
+  attemptCount: number;
+  nextAttemptAt: string;
+  leaseOwner?: string;
+  leaseExpiresAt?: string;
+  lastErrorCode?: string;
+  lastError?: string;
+  createdAt: string;
+  completedAt?: string;
+  userRetriedAt?: string;
+  requestFingerprint?: string;
+  declined?: boolean;
+  remoteKey?: string;
+  maybeApplied?: boolean;
+  mergedInto?: string;
+  after?: string;
+}
+
+export interface List<T> {
+  items: T[];
+  next: string;
+}
+
+export interface PullStatus {
+  mode: "auto" | "on" | "off";
+  state: "off" | "idle" | "pulling" | "bootstrapping" | "paused" | "error";
+  lastPullAt?: string;
+  received: number;
+  bootstrapReceived?: number;
+  lastError?: string;
+}
+
+export interface RemoteProblem {
+  code: string;
+  kind: string;
+  seen: string;
+  fix: string;
+  since: string;
+  nextCheckAt: string;
+}
+
+export interface Status {
+  accountId?: string;
+  signedIn: boolean;
+  online: boolean;
+  paused: boolean;
+  pauseReason?: string;
+  remoteProblem?: RemoteProblem;
+  counts: Record<OperationState, number>;
+  oldestPendingAgeSeconds: number;
+  accountCounts?: Record<OperationState, number>;
+  accountOldestPendingAgeSeconds?: number;
+  fileSizeBytes: number;
+  freeBytes: number;
+  queuedBytes: number;
+  maxQueueBytes?: number;
+  queueFull?: boolean;
+  lastEventSeq: number;
+  pull: PullStatus;
+}
+
+export interface SyncEvent {
+  seq: number;
+  time: string;
+  type: string;
+  accountId?: string;
+  entityType?: string;
+  entityId?: string;
+  operationId?: string;
+  state?: OperationState;
+  syncState?: SyncState;
+  errorCode?: string;
+  mergedInto?: string;
+  data?: Record<string, unknown>;
+}
+
+export interface BatchWrite {
+  op: "create" | "update" | "delete";
+  type: string;
+  id?: string;
+  data?: Record<string, unknown>;
+  /** Made by the client when absent, before the first send. */
+  idempotencyKey?: string;
+}
+
+// The members each type carries, for the drift test against the OpenAPI
+// document. Keep them in step with the interfaces above.
+export const members = {
+  Entity: ["accountId", "type", "id", "data", "deleted", "syncState", "serverId", "syncError", "version", "createdAt",
+    "updatedAt", "lastOperationId", "syncedOperationId", "serverVersion", "server", "operationId"],
+  ServerRecord: ["version", "deleted", "data"],
+  Operation: ["id", "seq", "accountId", "operationType", "entityType", "entityId", "payloadVersion", "payload",
+    "payloadFingerprint", "state", "attemptCount", "nextAttemptAt", "leaseOwner", "leaseExpiresAt", "lastErrorCode",
+    "lastError", "createdAt", "completedAt", "userRetriedAt", "requestFingerprint", "declined", "remoteKey",
+    "maybeApplied", "mergedInto", "after"],
+  PullStatus: ["mode", "state", "lastPullAt", "received", "bootstrapReceived", "lastError"],
+  RemoteProblem: ["code", "kind", "seen", "fix", "since", "nextCheckAt"],
+  Status: ["accountId", "signedIn", "online", "paused", "pauseReason", "remoteProblem", "counts",
+    "oldestPendingAgeSeconds", "accountCounts", "accountOldestPendingAgeSeconds", "fileSizeBytes", "freeBytes",
+    "queuedBytes", "maxQueueBytes", "queueFull", "lastEventSeq", "pull"],
+  Event: ["seq", "time", "type", "accountId", "entityType", "entityId", "operationId", "state", "syncState",
+    "errorCode", "mergedInto", "data"],
+  BatchWrite: ["op", "type", "id", "data", "idempotencyKey"],
+} as const;
+
+/** Every error code of the local API (ErrorCode in the OpenAPI document). */
+export const errorCodes = [
+  "unauthorized", "forbidden_host", "forbidden_origin", "not_found", "unknown_entity_type", "method_not_allowed",
+  "request_timeout", "body_too_large", "unsupported_media_type", "invalid_json", "invalid_request", "no_session",
+  "entity_exists", "illegal_transition", "not_purgeable", "no_conflict", "purge_in_progress", "idempotency_key_reused",
+  "upgrade_required", "internal", "shutting_down", "too_many_subscribers", "storage_full",
+] as const;
+
+export type ErrorCode = (typeof errorCodes)[number];

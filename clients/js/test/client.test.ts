@@ -1,0 +1,157 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import WebSocket from "ws";
+import { SyncdClient, SyncdError, type SyncEvent, type WebSocketConstructor } from "../src/index.js";
+import { startDaemon, type Daemon } from "./daemon.js";
+
+const WS = WebSocket as unknown as WebSocketConstructor;
+
+async function until(what: string, cond: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + 30000;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error("timed out waiting for " + what);
+    await new Promise((r) => setTimeout(r, 20)); // polling a real daemon
+  }
+}
+
+describe("the client against a real daemon", () => {
+  let d: Daemon;
+  let c: SyncdClient;
+  before(async () => {
+    d = await startDaemon();
+    c = new SyncdClient({ addr: d.addr, token: d.token, WebSocket: WS });
+    await c.setSession("alice", "alice.dev");
+  });
+  after(async () => {
+    await d.stop();
+  });
+
+  it("writes, reads, lists and deletes entities", async () => {
+    const e = await c.create("note", { title: "Buy milk" }, { id: "n1" });
+    assert.equal(e.id, "n1");
+    assert.equal(e.syncState, "pending");
+    assert.ok(e.operationId);
+    const u = await c.update("note", "n1", { done: true });
+    assert.deepEqual(u.data, { title: "Buy milk", done: true });
+    await until("synced", async () => (await c.get("note", "n1")).syncState === "synced");
+    const page = await c.list("note", { limit: 10 });
+    assert.equal(page.items.length, 1);
+    const all = [];
+    for await (const x of c.all("note")) all.push(x);
+    assert.equal(all.length, 1);
+    const del = await c.delete("note", "n1");
+    assert.equal(del.deleted, true);
+    await assert.rejects(c.get("note", "n1"), (err: unknown) => err instanceof SyncdError && err.code === "not_found" && err.status === 404);
+  });
+
+  it("gives errors their stable code", async () => {
+    await assert.rejects(c.create("note", { x: 1 }, { id: "." }), (err: unknown) => err instanceof SyncdError && err.code === "invalid_request");
+    await c.create("note", {}, { id: "taken" });
+    await assert.rejects(c.create("note", {}, { id: "taken" }), (err: unknown) => err instanceof SyncdError && err.code === "entity_exists");
+    const bad = new SyncdClient({ addr: d.addr, token: "wrong" });
+    await assert.rejects(bad.status(), (err: unknown) => err instanceof SyncdError && err.code === "unauthorized");
+    await assert.rejects(c.resolve("note", "taken", "server"), (err: unknown) => err instanceof SyncdError && err.code === "no_conflict");
+  });
+
+  it("reuses the key of a write it sends again", async () => {
+    const key = "js-key-1";
+    const a = await c.create("note", { v: 1 }, { id: "k1", idempotencyKey: key });
+    const b = await c.create("note", { v: 1 }, { id: "k1", idempotencyKey: key });
+    assert.equal(a.operationId, b.operationId);
+    await assert.rejects(c.create("note", { v: 2 }, { id: "k1", idempotencyKey: key }),
+      (err: unknown) => err instanceof SyncdError && err.code === "idempotency_key_reused");
+    const ops = await c.operations({ limit: 1000 });
+    assert.equal(ops.items.filter((o) => o.id === key).length, 1);
+  });
+
+  it("makes a batch all or none", async () => {
+    const res = await c.batch([
+      { op: "create", type: "note", id: "b1", data: { v: 1 } },
+      { op: "create", type: "note", id: "b2", data: { v: 2 } },
+    ], { ordered: true });
+    assert.equal(res.length, 2);
+    await assert.rejects(
+      c.batch([{ op: "create", type: "note", id: "b3", data: {} }, { op: "delete", type: "note", id: "nope" }]),
+      (err: unknown) => err instanceof SyncdError && err.index === 1 && err.code === "not_found",
+    );
+    await assert.rejects(c.get("note", "b3"), (err: unknown) => err instanceof SyncdError && err.code === "not_found");
+  });
+
+  it("retries and discards a failed operation, reads status", async () => {
+    const e = await c.create("note", { invalid: true }, { id: "bad" });
+    const id = e.operationId!;
+    await until("failed", async () => (await c.operation(id)).state === "permanent_failed");
+    const r = await c.retry(id);
+    assert.equal(r.state, "pending");
+    await until("failed again", async () => (await c.operation(id)).state === "permanent_failed");
+    await c.discard(id);
+    await assert.rejects(c.operation(id), (err: unknown) => err instanceof SyncdError && err.code === "not_found");
+    const st = await c.status();
+    assert.equal(st.signedIn, true);
+    assert.equal(st.accountId, "alice");
+    assert.ok(st.pull);
+  });
+});
+
+describe("a daemon that restarts", () => {
+  it("gets a write retried with the same key: one operation", async () => {
+    const first = await startDaemon();
+    const { dataDir, port, token } = first;
+    const c = new SyncdClient({ addr: first.addr, token, retries: 8, retryDelayMs: 100 });
+    await c.setSession("alice", "alice.dev");
+    await first.stop();
+    // The call starts while nothing listens (connection refused) and
+    // goes through once the daemon is back, with the key it made.
+    const write = c.create("note", { v: 1 }, { id: "r1" });
+    const second = await startDaemon({ dataDir, port });
+    const e = await write;
+    const again = new SyncdClient({ addr: second.addr, token });
+    const ops = await again.operations({ limit: 1000 });
+    assert.equal(ops.items.filter((o) => o.entityId === "r1").length, 1);
+    assert.equal(e.id, "r1");
+    const out = await again.logout("purge", true);
+    assert.equal(typeof out.purged, "number");
+    assert.equal((await again.status()).signedIn, false);
+    await second.stop();
+  });
+});
+
+describe("events across a SIGKILL of the daemon", () => {
+  it("resumes after the last event, none lost or repeated", async () => {
+    let d = await startDaemon();
+    const c = new SyncdClient({ addr: d.addr, token: d.token, WebSocket: WS });
+    await c.setSession("alice", "alice.dev");
+    const since = (await c.status()).lastEventSeq;
+    const seen: SyncEvent[] = [];
+    const sub = c.subscribe({ since, type: "entity.changed", minDelayMs: 50, maxDelayMs: 200 });
+    const reader = (async () => {
+      for await (const e of sub) {
+        seen.push(e);
+        if (seen.filter((x) => x.type === "entity.changed" && x.syncState === "pending").length >= 6) break;
+      }
+    })();
+    for (let i = 0; i < 3; i++) await c.create("note", { i }, { id: `e${i}` });
+    await until("three events", async () => seen.length >= 3);
+    await d.kill();
+    // Written while the client is disconnected: replayed after the restart.
+    d = await startDaemon({ dataDir: d.dataDir, port: d.port });
+    for (let i = 3; i < 6; i++) await c.create("note", { i }, { id: `e${i}` });
+    await reader;
+    sub.close();
+    const pendingIds = seen.filter((x) => x.syncState === "pending").map((x) => x.entityId);
+    assert.deepEqual(pendingIds, ["e0", "e1", "e2", "e3", "e4", "e5"]);
+    const seqs = seen.map((x) => x.seq);
+    assert.deepEqual(seqs, [...new Set(seqs)].sort((a, b) => a - b), "no event twice, in order");
+    await d.stop();
+  });
+
+  it("surfaces a resync when the events asked for are gone", async () => {
+    const d = await startDaemon();
+    const c = new SyncdClient({ addr: d.addr, token: d.token, WebSocket: WS });
+    const sub = c.subscribe({ since: 1e15 });
+    const first = await sub[Symbol.asyncIterator]().next();
+    sub.close();
+    assert.equal(first.value?.type, "resync");
+    await d.stop();
+  });
+});

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import WebSocket from "ws";
 import { SyncdClient, SyncdError, type SyncEvent, type WebSocketConstructor } from "../src/index.js";
-import { startDaemon, type Daemon } from "./daemon.js";
+import { startDaemon, startServer, type Daemon } from "./daemon.js";
 
 const WS = WebSocket as unknown as WebSocketConstructor;
 
@@ -153,5 +153,44 @@ describe("events across a SIGKILL of the daemon", () => {
     sub.close();
     assert.equal(first.value?.type, "resync");
     await d.stop();
+  });
+});
+
+describe("two devices and a server that rejects conflicts", () => {
+  it("shows a conflict and resolves it", async () => {
+    const server = await startServer(["--reject-conflicts", "note"]);
+    const a = await startDaemon({ args: ["--remote", server.url] });
+    const ca = new SyncdClient({ addr: a.addr, token: a.token, WebSocket: WS });
+    await ca.setSession("alice", "alice.a");
+    await ca.create("note", { v: 0 }, { id: "x" });
+    await until("A synced", async () => (await ca.get("note", "x")).syncState === "synced");
+
+    let b = await startDaemon({ args: ["--remote", server.url, "--pull", "on"] });
+    let cb = new SyncdClient({ addr: b.addr, token: b.token, WebSocket: WS });
+    await cb.setSession("alice", "alice.b");
+    await until("B pulled x", async () => (await cb.list("note")).items.length === 1);
+    // B goes on without pulling: it will not see A's next edit.
+    await b.stop();
+    b = await startDaemon({ dataDir: b.dataDir, port: b.port, args: ["--remote", server.url, "--pull", "off"] });
+    cb = new SyncdClient({ addr: b.addr, token: b.token, WebSocket: WS });
+
+    await ca.update("note", "x", { by: "A" });
+    await until("A's edit synced", async () => (await ca.get("note", "x")).syncState === "synced");
+    const events: string[] = [];
+    const sub = cb.subscribe({ since: (await cb.status()).lastEventSeq, onEvent: (e) => {
+      if (e.entityId === "x" && e.syncState) events.push(e.syncState);
+    } });
+    await cb.update("note", "x", { by: "B" });
+    await until("B in conflict", async () => (await cb.get("note", "x")).syncState === "conflict");
+    const x = await cb.get("note", "x");
+    assert.deepEqual(x.server?.data, { v: 0, by: "A" });
+    const r = await cb.resolve("note", "x", "server");
+    assert.equal(r.syncState, "synced");
+    assert.deepEqual(r.data, { v: 0, by: "A" });
+    await until("the callback saw the conflict", async () => events.includes("conflict"));
+    sub.close();
+    await b.stop();
+    await a.stop();
+    await server.stop();
   });
 });

@@ -85,3 +85,36 @@ export async function startDaemon(o: { dataDir?: string; port?: number; args?: s
     },
   };
 }
+
+/** Starts `syncd server` (the reference server) on a free port; extra args after. */
+export async function startServer(args: string[] = []): Promise<{ url: string; stop: () => Promise<void> }> {
+  const dataDir = mkdtempSync(join(tmpdir(), "syncd-js-server-"));
+  const port = await freePort();
+  const proc = spawn(syncdBinary(), ["server", "--listen", `127.0.0.1:${port}`, "--data-dir", dataDir, "--dev-tokens", ...args], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  await new Promise<void>((res, rej) => {
+    const t = setTimeout(() => rej(new Error("syncd server did not start: " + out)), 30000);
+    proc.stdout!.on("data", (b: Buffer) => {
+      out += b.toString();
+      if (out.includes("listening on")) {
+        clearTimeout(t);
+        res();
+      }
+    });
+    proc.stderr!.on("data", (b: Buffer) => (out += b.toString()));
+    proc.on("exit", (code) => {
+      clearTimeout(t);
+      rej(new Error(`syncd server exited ${code}: ${out}`));
+    });
+  });
+  const exited = new Promise<void>((res) => proc.on("exit", () => res()));
+  return {
+    url: `http://127.0.0.1:${port}`,
+    stop: async () => {
+      proc.kill("SIGTERM");
+      await exited;
+    },
+  };
+}

@@ -177,13 +177,13 @@ type Write struct {
 	AccountID  string
 	EntityType string
 	// EntityID is required for update and delete. For a create it may be
-	// empty, and a UUID is generated.
+	// empty, and a UUIDv7 (time-ordered) is generated.
 	EntityID string
 	// Data is the entity's new content, a JSON object; required for create
 	// and update, ignored for delete.
 	Data json.RawMessage
 	// OperationID is the app's Idempotency-Key. Empty means generate a
-	// UUID. If an operation with this id exists and its
+	// UUIDv7. If an operation with this id exists and its
 	// RequestFingerprint equals this write's, Apply returns it with
 	// Replayed set and writes nothing; with another fingerprint, Apply
 	// returns ErrKeyReused.

@@ -131,11 +131,14 @@ func (s *Store) prepare(w *Write) error {
 	if err := s.validate(w); err != nil {
 		return err
 	}
+	// Ids syncd makes are UUIDv7: they grow with time, so the index
+	// entries of a batch's new entities and operations land together at
+	// the end of their B+trees instead of on a random page each.
 	if w.OperationID == "" {
-		w.OperationID = uuid.NewString()
+		w.OperationID = newID()
 	}
 	if w.Op == OpCreate && w.EntityID == "" {
-		w.EntityID = uuid.NewString()
+		w.EntityID = newID()
 	}
 	if w.Op != OpDelete {
 		c, err := canonicalJSON(w.Data)
@@ -458,4 +461,12 @@ func (s *Store) ApplyViaBoltBatch(ctx context.Context, w Write) (Result, error) 
 		return err
 	})
 	return res, err
+}
+
+// newID returns a new UUIDv7 (time-ordered) in its canonical form.
+func newID() string {
+	if id, err := uuid.NewV7(); err == nil {
+		return id.String()
+	}
+	return uuid.NewString()
 }

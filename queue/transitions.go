@@ -42,8 +42,10 @@ func (s *Store) Release(ctx context.Context, id, owner string, maybeApplied bool
 }
 
 // ReleaseUnsent is Release for a claim whose request was certainly not
-// sent (the session changed before the send, the request could not be
-// built): the claim's attempt is taken back, so attempt_count keeps
+// sent (the session changed before the send, the daemon was stopping, the
+// token could not be sent; a request that could not be built waits with
+// RetryAt instead, so it is not claimed again at once): the claim's
+// attempt is taken back, so attempt_count keeps
 // meaning "may have reached the server", and an old operation that never
 // left the machine is not mistaken for one the server may have
 // forgotten.

@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"strconv"
 	"strings"
-	"sync/atomic"
 )
 
 // The batch route: POST {BaseURL}/v1/batch {"operations":[{idempotencyKey,
@@ -89,14 +87,7 @@ func (c *Client) SendBatch(ctx context.Context, rs []Request) ([]Outcome, error)
 	payload := buf.Bytes()
 	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout, ErrTimeout)
 	defer cancel()
-	var sends atomic.Int32
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(w httptrace.WroteRequestInfo) {
-			if w.Err == nil {
-				sends.Add(1)
-			}
-		},
-	})
+	ctx, sends := countSends(ctx)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+BatchPath, bytes.NewReader(payload))
 	if err != nil {
 		return nil, fmt.Errorf("transport: batch: %w", err)

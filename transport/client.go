@@ -114,16 +114,7 @@ func (c *Client) Send(ctx context.Context, r Request) Outcome {
 
 	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout, ErrTimeout)
 	defer cancel()
-	var sends atomic.Int32
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		// A write that failed left the request incomplete: the server
-		// cannot have processed it.
-		WroteRequest: func(w httptrace.WroteRequestInfo) {
-			if w.Err == nil {
-				sends.Add(1)
-			}
-		},
-	})
+	ctx, sends := countSends(ctx)
 	hr = hr.WithContext(ctx)
 
 	method, url := hr.Method, hr.URL.String()
@@ -153,6 +144,21 @@ func (c *Client) Send(ctx context.Context, r Request) Outcome {
 		o.Location = cut(resp.Header.Get("Location"))
 	}
 	return o
+}
+
+// countSends returns ctx with a trace that counts the times net/http
+// wrote the whole request onto a connection (Outcome.Sends). A write
+// that failed left the request incomplete: the server cannot have
+// processed it.
+func countSends(ctx context.Context) (context.Context, *atomic.Int32) {
+	sends := new(atomic.Int32)
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(w httptrace.WroteRequestInfo) {
+			if w.Err == nil {
+				sends.Add(1)
+			}
+		},
+	}), sends
 }
 
 // Probe asks whether the remote answers, without sending an operation or

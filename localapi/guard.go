@@ -47,11 +47,13 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 			h.Set(kv[0], kv[1])
 		}
 		if !s.allowedHost(r.Host) {
+			s.gate.refuseUnauth(w, r)
 			writeError(w, http.StatusForbidden, CodeForbiddenHost, "Host "+quoteHeader(r.Host)+" is not a loopback name")
 			return
 		}
 		if origin, ok := r.Header["Origin"]; ok {
 			if len(origin) != 1 || !s.origins[origin[0]] {
+				s.gate.refuseUnauth(w, r)
 				writeError(w, http.StatusForbidden, CodeForbiddenOrigin, "Origin "+quoteHeader(strings.Join(origin, ", "))+" is not allowed")
 				return
 			}
@@ -60,11 +62,13 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 				h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE")
 				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key")
 				h.Set("Access-Control-Max-Age", "600")
+				s.gate.refuseUnauth(w, r)
 				w.WriteHeader(http.StatusNoContent)
 				return
 			}
 		}
 		if !s.authorized(r) {
+			s.gate.refuseUnauth(w, r)
 			h.Set("WWW-Authenticate", `Bearer realm="syncd"`)
 			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or wrong bearer token (Authorization: Bearer <token from the data directory's api-token file>)")
 			return

@@ -71,6 +71,26 @@ func (g *connGate) authenticated(r *http.Request) {
 	delete(g.unauth, c)
 }
 
+// refuseUnauth marks the answer to r, refused before its token was
+// checked (a foreign Host or Origin, a CORS preflight, a missing or wrong
+// token), as the connection's last when the connection has not
+// authenticated: net/http closes it after the answer. Otherwise a client
+// without the token could keep a slot of the MaxUnauthenticatedConns
+// bound for good by repeating a bodiless refused request before each
+// idle timeout ended.
+func (g *connGate) refuseUnauth(w http.ResponseWriter, r *http.Request) {
+	c, ok := r.Context().Value(connKey{}).(net.Conn)
+	if !ok {
+		return
+	}
+	g.mu.Lock()
+	_, unauth := g.unauth[c]
+	g.mu.Unlock()
+	if unauth {
+		w.Header().Set("Connection", "close")
+	}
+}
+
 // limitBody bounds how long the body of r may take to arrive: the
 // connection's read deadline is set to timeout from now. net/http clears
 // it once the body has been read to its end (it starts its background

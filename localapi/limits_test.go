@@ -246,3 +246,57 @@ func TestUnauthenticatedConnectionsAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// A connection without the token that repeats bodiless requests refused
+// before the token check (401, a foreign Host or Origin, a preflight) is
+// closed after the first answer: it cannot hold a slot of the bound by
+// coming back before each idle timeout.
+func TestRefusedRequestsCloseUnauthenticatedConnections(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOptions{account: "alice", cfg: Config{MaxUnauthenticatedConns: 2, AllowedOrigins: []string{"http://localhost:3000"}}})
+	addr := runServer(t, e)
+	for name, req := range map[string]string{
+		"no token":       "GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+		"foreign host":   "GET /v1/status HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+		"foreign origin": "GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\n\r\n",
+		"preflight":      "OPTIONS /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://localhost:3000\r\nAccess-Control-Request-Method: GET\r\n\r\n",
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readUntilClosed(c)
+		if err != nil {
+			t.Fatalf("%s: the connection stayed open after the refusal (%v): %q", name, err, got)
+		}
+		if !strings.HasPrefix(got, "HTTP/1.1 ") {
+			t.Fatalf("%s: no answer before the close: %q", name, got)
+		}
+	}
+	// An authenticated keep-alive connection is not closed by a later
+	// refused request.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i, req := range []string{
+		"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + testToken + "\r\n\r\n",
+		"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+		"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + testToken + "\r\n\r\n",
+	} {
+		io.WriteString(c, req)
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d on the authenticated connection: %v", i, err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+}

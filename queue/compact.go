@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
@@ -54,6 +55,7 @@ func Compact(path string) (before, after int64, err error) {
 		return before, 0, fmt.Errorf("queue: compact: open %s: %w", path, err)
 	}
 	defer src.Close()
+	removeStaleCompactions(path)
 	if fi, err := os.Stat(path); err == nil {
 		before = fi.Size() // the file this compaction holds
 	}
@@ -118,6 +120,20 @@ var (
 // lock, checks that the file it opened is still the one at the path: a
 // compaction may have renamed a new file over it while this open waited
 // for the lock. It then opens again, a bounded number of times.
+// removeStaleCompactions deletes the temporary files of compactions that
+// were killed before their rename. The caller holds the file's exclusive
+// lock, which every compaction holds from its copy to its rename, so no
+// compaction is running.
+func removeStaleCompactions(path string) {
+	dir, prefix := filepath.Dir(path), "."+filepath.Base(path)+".compact-"
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) && e.Type().IsRegular() {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
 func openCurrent(path string, opts *bolt.Options) (*bolt.DB, error) {
 	o := *opts
 	var opened *os.File

@@ -198,3 +198,42 @@ func TestCompactTwiceAtOnce(t *testing.T) {
 		t.Fatalf("temporary files left: %v", left)
 	}
 }
+
+// The temporary file of a compaction killed before its rename is removed
+// by the next Open or Compact, which hold the lock every compaction holds.
+func TestStaleCompactionFilesAreRemoved(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "syncd.db")
+	s, err := Open(path, Config{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for _, name := range []string{".syncd.db.compact-111", ".syncd.db.compact-222"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("left by a killed compaction"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep := filepath.Join(dir, "other.compact-1")
+	os.WriteFile(keep, nil, 0o600)
+	s, err = Open(path, Config{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	left, _ := filepath.Glob(filepath.Join(dir, ".syncd.db.compact-*"))
+	if len(left) != 0 {
+		t.Fatalf("stale compaction files left: %v", left)
+	}
+	os.WriteFile(filepath.Join(dir, ".syncd.db.compact-333"), nil, 0o600)
+	if _, _, err := Compact(path); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".syncd.db.compact-*")); len(left) != 0 {
+		t.Fatalf("after Compact: %v", left)
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Fatalf("another file was removed: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -351,5 +352,31 @@ func TestNewerServerRecordIsTakenWhenLocalChangesSettle(t *testing.T) {
 	e, _ := entity(t, s, "x")
 	if e.SyncState != SyncSynced || e.ServerVersion != 3 || e.Server != nil || string(e.Data) != `{"by":"B","v":0}` {
 		t.Fatalf("x = %+v (server %+v), want B's later record", e, e.Server)
+	}
+}
+
+// TestListEntitiesBoundsBytes: a page of big entities ends past
+// MaxListBytes of data, with a next, and paging reads them all.
+func TestListEntitiesBoundsBytes(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{NoSync: true})
+	big := `{"x":"` + strings.Repeat("y", 1<<20-16) + `"}`
+	for i := range 20 {
+		create(t, s, fmt.Sprintf("n%02d", i), big)
+	}
+	page, next, err := s.ListEntities("acct", "note", ListOptions{Limit: 1000})
+	if err != nil || len(page) == 0 || len(page) >= 20 || next == "" {
+		t.Fatalf("first page: %d items, next %q, %v", len(page), next, err)
+	}
+	total := len(page)
+	for next != "" {
+		page, next, err = s.ListEntities("acct", "note", ListOptions{Limit: 1000, After: next})
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(page)
+	}
+	if total != 20 {
+		t.Fatalf("%d entities over the pages, want 20", total)
 	}
 }

@@ -58,10 +58,17 @@ func clampLimit(n int) int {
 // a cursor to go on from.
 const MaxListScan = 10000
 
+// MaxListBytes bounds the entity data one page of ListEntities holds (8
+// MiB): a page of 1,000 entities of 1 MiB each would otherwise be a
+// gigabyte in memory, and more in its JSON answer. A page ends at the
+// entity that passes it (the first is always taken) and has a next.
+const MaxListBytes = 8 << 20
+
 // ListEntities pages through the live entities of one type of account in
 // id order, after opts.After, filtered by opts.SyncState. next is the
 // cursor of the following page ("" at the end); a page may hold fewer
-// than opts.Limit items and still have a next (see MaxListScan).
+// than opts.Limit items and still have a next (see MaxListScan and
+// MaxListBytes).
 func (s *Store) ListEntities(account, entityType string, opts ListOptions) (items []Entity, next string, err error) {
 	limit := clampLimit(opts.Limit)
 	prefix := []byte(partitionKey(account, entityType, ""))
@@ -76,9 +83,9 @@ func (s *Store) ListEntities(account, entityType string, opts ListOptions) (item
 				k, v = c.Next()
 			}
 		}
-		last := ""
+		last, size := "", 0
 		for scanned := 0; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			if len(items) == limit || scanned == MaxListScan {
+			if len(items) == limit || scanned == MaxListScan || size >= MaxListBytes {
 				next = last // more rows follow: go on after the last one read
 				return nil
 			}
@@ -92,6 +99,7 @@ func (s *Store) ListEntities(account, entityType string, opts ListOptions) (item
 				continue
 			}
 			items = append(items, *e)
+			size += len(e.Data)
 		}
 		return nil
 	})
@@ -118,7 +126,8 @@ func (s *Store) GetOperation(id string) (Operation, error) {
 // ListOperations pages through operations in queue order (seq), after
 // the seq in opts.After, filtered by state and account. next is the
 // cursor of the following page ("" at the end); a page may hold fewer
-// than opts.Limit items and still have a next (see MaxListScan).
+// than opts.Limit items and still have a next (see MaxListScan and
+// MaxListBytes).
 //
 // A state other than done is listed from the unfinished index, so the
 // few operations that wait or failed are found at once behind a long

@@ -155,6 +155,7 @@ func Open(path string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: open %s: %w", path, err)
 	}
+	removeStaleCompactions(path)
 	s := &Store{
 		db:               db,
 		cfg:              cfg,

@@ -55,7 +55,6 @@ type collector struct {
 	mu      sync.Mutex
 	n       int // operations in the batch
 	left    int // those that stopped without sending
-	ids     []string
 	reqs    []transport.Request
 	waiters []chan batchAnswer
 	sentIDs map[string]bool // operations that reached their send
@@ -68,10 +67,9 @@ type batchAnswer struct {
 
 // send is the batch's Send for one operation: it waits for the others and
 // returns this one's outcome.
-func (c *collector) send(id string, r transport.Request) (transport.Outcome, bool) {
+func (c *collector) send(r transport.Request) (transport.Outcome, bool) {
 	ch := make(chan batchAnswer, 1)
 	c.mu.Lock()
-	c.ids = append(c.ids, id)
 	c.reqs = append(c.reqs, r)
 	c.waiters = append(c.waiters, ch)
 	c.maybeFire()
@@ -108,7 +106,7 @@ func (c *collector) fire(reqs []transport.Request, waiters []chan batchAnswer) {
 	d.inSend.Add(int64(len(reqs)))
 	outs, err := d.batcher.SendBatch(ctx, reqs)
 	d.inSend.Add(-int64(len(reqs)))
-	if errors.Is(err, transport.ErrNoBatch) || err != nil {
+	if err != nil {
 		if errors.Is(err, transport.ErrNoBatch) {
 			d.noBatch()
 		} else {
@@ -156,7 +154,7 @@ func (d *Daemon) sendOne(ctx context.Context, id string, r transport.Request) tr
 		coll.mu.Lock()
 		coll.sent(id)
 		coll.mu.Unlock()
-		if o, single := coll.send(id, r); !single {
+		if o, single := coll.send(r); !single {
 			return o
 		}
 	}

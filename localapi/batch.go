@@ -186,18 +186,10 @@ func (s *Server) batchItem(item json.RawMessage) (queue.Write, error) {
 
 // failIndex writes the error of the batch's write i, with "index".
 func (s *Server) failIndex(w http.ResponseWriter, r *http.Request, i int, err error) {
-	status, code := classify(err)
+	status, code, msg := s.describe(r, err)
 	if status == http.StatusInternalServerError {
-		s.fail(w, r, err)
+		writeError(w, status, code, msg) // not the write's fault
 		return
-	}
-	var ae *apiError
-	msg := err.Error()
-	if errors.As(err, &ae) {
-		msg = ae.message
-	}
-	if code == CodeStorageFull {
-		msg = msgStorageFull
 	}
 	var ans batchIndexError
 	ans.Error.Code, ans.Error.Message, ans.Error.Index = code, fmt.Sprintf("write %d: %s; nothing of the batch was written", i, msg), i

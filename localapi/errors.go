@@ -163,8 +163,15 @@ const msgShuttingDown = "syncd is shutting down; try again once it is back"
 // errors: storage_full is logged at WARN (at most once a minute), the
 // others not at all.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, code := classify(err)
-	msg := err.Error()
+	status, code, msg := s.describe(r, err)
+	writeError(w, status, code, msg)
+}
+
+// describe is the status, code and message of err's answer; it logs what
+// fail's doc says is logged.
+func (s *Server) describe(r *http.Request, err error) (status int, code, msg string) {
+	status, code = classify(err)
+	msg = err.Error()
 	var ae *apiError
 	if errors.As(err, &ae) {
 		msg = ae.message
@@ -188,7 +195,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.logger.Error("localapi: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = "internal error; see the daemon's log"
 	}
-	writeError(w, status, code, msg)
+	return status, code, msg
 }
 
 // rateLog logs a recurring condition at most once a minute, with how

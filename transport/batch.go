@@ -100,9 +100,9 @@ func (c *Client) SendBatch(ctx context.Context, rs []Request) ([]Outcome, error)
 	// No Idempotency-Key of its own: each operation carries its key, and
 	// net/http resends a request without one only when it is safe.
 	resp, err := c.hc.Do(hr)
-	each := func(fn func(i int, r Request, tr typeRoutes) Outcome) []Outcome {
+	each := func(fn func(j int, r Request, tr typeRoutes) Outcome) []Outcome {
 		for j, i := range idx {
-			o := fn(i, rs[i], trs[j])
+			o := fn(j, rs[i], trs[j])
 			o.Sends = int(sends.Load())
 			o.Method, o.URL = ops[j].Method, c.baseURL+strings.TrimPrefix(ops[j].Path, c.basePath())
 			outs[i] = o
@@ -143,8 +143,8 @@ func (c *Client) SendBatch(ctx context.Context, rs []Request) ([]Outcome, error)
 			return o
 		}), nil
 	}
-	return each(func(i int, r Request, tr typeRoutes) Outcome {
-		res := ans.Results[indexOf(idx, i)]
+	return each(func(j int, r Request, tr typeRoutes) Outcome {
+		res := ans.Results[j]
 		h := http.Header{}
 		if res.Replayed {
 			h.Set("Idempotent-Replayed", "true")
@@ -155,15 +155,6 @@ func (c *Client) SendBatch(ctx context.Context, rs []Request) ([]Outcome, error)
 		item := &http.Response{StatusCode: res.Status, Header: h}
 		return c.classify(r, tr, item, res.Body, false, readAt)
 	}), nil
-}
-
-func indexOf(idx []int, i int) int {
-	for j, v := range idx {
-		if v == i {
-			return j
-		}
-	}
-	return -1
 }
 
 // basePath is the path part of BaseURL ("" or "/app").

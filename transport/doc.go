@@ -31,12 +31,14 @@
 //	408, 429, 503                         Retry          request_timeout, rate_limited, unavailable
 //	other 5xx                             Retry          server_error
 //	409 (in flight)                       Retry          in_flight
+//	409 version_conflict                  Conflict       version_conflict (Outcome.Current: the server's record)
 //	401, or no token                      RefreshSession unauthorized, missing_token
 //	403                                   Permanent      forbidden
 //	404 on delete                         Done           not_found (already gone)
 //	404 on create or update               Permanent      not_found
 //	410 on delete                         Done           gone
-//	410 on create or update               Permanent      gone (deleted on the server)
+//	410 on update                         Conflict       deleted_on_server
+//	410 on create                         Permanent      gone (deleted on the server)
 //	422 idempotency_key_reused            Permanent      payload_conflict
 //	400, 422 (other)                      NeedsUserAction validation
 //	other 4xx                             NeedsUserAction rejected
@@ -48,7 +50,8 @@
 //	malformed Request                     Permanent      invalid_request (not sent)
 //
 // A 409 counts as in flight when it has a Retry-After, no error code, or
-// an in-flight error code; a 409 with another code is a domain conflict
+// an in-flight error code; version_conflict is a Conflict with another
+// device's write; a 409 with another code is a domain conflict
 // (rejected). A response whose body cannot be read completely is Retry
 // (network or timeout) whatever its status: a 2xx may have committed, and
 // the resend gets the stored answer replayed. Outcome.Code is a closed set

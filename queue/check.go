@@ -24,7 +24,8 @@ import (
 //     exactly the sending operations, under their lease expiry;
 //   - the done index holds exactly the done operations;
 //   - op_ids maps every operation's id to its seq and nothing else;
-//   - the per-state counts, in all and per account, equal the rows;
+//   - the per-state counts, in all and per account, account and type,
+//     and app, equal the rows;
 //   - a declined operation is permanently failed and not maybe applied,
 //     and every operation's payload fingerprint matches its payload;
 //   - an operation whose payload is kept in its entity's row is listed
@@ -65,7 +66,9 @@ func (s *Store) Check() error {
 				queued += queuedSize(op)
 			}
 			counts[op.State]++
-			accountCounts[string(accountCountKey(op.AccountID, op.State))]++
+			for _, k := range countKeys(op, op.State)[1:] {
+				accountCounts[string(k)]++
+			}
 			return nil
 		}); err != nil {
 			return err
@@ -93,7 +96,7 @@ func (s *Store) Check() error {
 		}
 		stored := map[string]int{}
 		if err := tx.Bucket(bucketCounts).ForEach(func(k, v []byte) error {
-			if len(k) > 0 && k[0] == 0 {
+			if len(k) > 0 && k[0] < ' ' {
 				stored[string(k)] = int(readU64(v))
 			}
 			return nil
@@ -101,7 +104,7 @@ func (s *Store) Check() error {
 			return err
 		}
 		if !maps.Equal(stored, accountCounts) {
-			bad("per-account counts %v, rows say %v", stored, accountCounts)
+			bad("per-account, per-type and per-app counts %v, rows say %v", stored, accountCounts)
 		}
 
 		// Partitions: collect unfinished ops per partition in key order.

@@ -91,8 +91,9 @@ func rowForms(t *testing.T, s *Store) (jsonRows, binaryRows int) {
 
 // A file written by the code before the binary rows (schema 2, every row
 // JSON) opens, reads back as that code read it, takes new writes, drains,
-// and keeps every operation's payload. Its schema number goes to 3, which
-// the older code refuses to open.
+// and keeps every operation's payload. Its schema number goes to the current
+// one, which the older code refuses to open, and the counts per account,
+// entity type and app are built (Check holds them to the rows).
 func TestOpensSchema2File(t *testing.T) {
 	ctx := context.Background()
 	path, want := openSchema2Fixture(t)

@@ -11,7 +11,7 @@ import (
 // name part, so a prefix is never ambiguous).
 var (
 	bucketMeta       = []byte("meta")       // "schema", "session"
-	bucketCounts     = []byte("counts")     // state → uint64 number of operations; \0account\0state → the account's
+	bucketCounts     = []byte("counts")     // state → uint64 number of operations; \0account\0state, \1app\0state, \2account\0type\0state → a share (countKeys)
 	bucketEntities   = []byte("entities")   // account\0type\0id → Entity row (rowcodec.go)
 	bucketOps        = []byte("ops")        // seq → Operation row (rowcodec.go)
 	bucketOpIDs      = []byte("op_ids")     // operation id → seq
@@ -22,12 +22,13 @@ var (
 	bucketDone       = []byte("done")       // completedAt+seq → empty: done ops, for the retention sweep
 	bucketEvents     = []byte("events")     // seq → Event JSON: the durable change log
 	bucketWaits      = []byte("waits")      // operation id\0seq → empty: the operation seq waits for (ordered batches)
+	bucketApps       = []byte("apps")       // app name → App JSON: the apps' grants on the local API
 )
 
 var allBuckets = [][]byte{
 	bucketMeta, bucketCounts, bucketEntities, bucketOps, bucketOpIDs,
 	bucketPartitions, bucketUnfinished, bucketReady, bucketLeases, bucketDone, bucketEvents,
-	bucketWaits,
+	bucketWaits, bucketApps,
 }
 
 var (
@@ -43,13 +44,38 @@ var (
 // version 1. Version 3 stores entity and operation rows in a binary form
 // and an operation's payload once when it is its entity's data
 // (rowcodec.go, payloadref.go); it reads version 2's JSON rows as they
-// are.
-const schemaVersion = 3
+// are. Version 4 records the app that made an operation (Operation.App)
+// and counts operations per app and per account and entity type; Open
+// builds those counts in an older file.
+const schemaVersion = 4
 
 // accountCountKey is the key of an account's count of operations in a
 // state. It starts with NUL, so it never equals a state's own key.
 func accountCountKey(account string, st State) []byte {
 	return []byte("\x00" + account + "\x00" + string(st))
+}
+
+// appCountKey is the key of an app's count of operations in a state.
+func appCountKey(app string, st State) []byte {
+	return []byte("\x01" + app + "\x00" + string(st))
+}
+
+// typeCountKey is the key of the count of an account's operations of
+// one entity type in a state.
+func typeCountKey(account, entityType string, st State) []byte {
+	return []byte("\x02" + account + "\x00" + entityType + "\x00" + string(st))
+}
+
+// countKeys returns every count an operation in state st is part of:
+// all operations, its account's, its account's of its entity type, and
+// its app's when an app made it. The shares' keys start below ' ', so
+// they never equal a state's own key.
+func countKeys(op *Operation, st State) [][]byte {
+	keys := [][]byte{[]byte(st), accountCountKey(op.AccountID, st), typeCountKey(op.AccountID, op.EntityType, st)}
+	if op.App != "" {
+		keys = append(keys, appCountKey(op.App, st))
+	}
+	return keys
 }
 
 func u64(v uint64) []byte {

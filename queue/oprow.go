@@ -12,7 +12,7 @@ import (
 // operation row, its indexes and the per-state counts in step.
 
 // count adds delta to the number of operations in state st, in all and
-// in op's account.
+// in each share op is part of (countKeys).
 func (w *txw) count(op *Operation, st State, delta int) error {
 	if unfinished(st) {
 		if err := w.addQueued(op, delta); err != nil {
@@ -20,7 +20,7 @@ func (w *txw) count(op *Operation, st State, delta int) error {
 		}
 	}
 	b := w.b(bucketCounts)
-	for _, k := range [][]byte{[]byte(st), accountCountKey(op.AccountID, st)} {
+	for _, k := range countKeys(op, st) {
 		var n uint64
 		if v := b.Get(k); v != nil {
 			n = readU64(v)
@@ -30,8 +30,8 @@ func (w *txw) count(op *Operation, st State, delta int) error {
 		}
 		n = uint64(int64(n) + int64(delta))
 		var err error
-		if n == 0 && k[0] == 0 {
-			err = w.del(b, k) // an account's counts go with its operations
+		if n == 0 && k[0] < ' ' {
+			err = w.del(b, k) // a share's counts go with its operations
 		} else {
 			err = w.put(b, k, u64(n))
 		}
@@ -129,6 +129,7 @@ func (w *txw) opEvent(op *Operation) error {
 		State:       op.State,
 		ErrorCode:   op.LastErrorCode,
 		MergedInto:  op.MergedInto,
+		App:         op.App,
 	})
 }
 

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -166,7 +169,8 @@ func (s *Store) ListOperations(opts ListOptions) (items []Operation, next string
 				return err
 			}
 			last = op.Seq
-			if opts.State != "" && op.State != opts.State || opts.AccountID != "" && op.AccountID != opts.AccountID {
+			if opts.State != "" && op.State != opts.State || opts.AccountID != "" && op.AccountID != opts.AccountID ||
+				opts.EntityTypes != nil && !slices.Contains(opts.EntityTypes, op.EntityType) {
 				continue
 			}
 			items = append(items, *op)
@@ -206,6 +210,56 @@ func (s *Store) StatsFor(account string) (Stats, error) {
 		return nil
 	})
 	return st, err
+}
+
+// TypeCounts returns the number of operations of the given entity types
+// in each state: in all accounts, and in account's (nil when account is
+// empty). It reads the per-type counts, a few keys per account and type.
+func (s *Store) TypeCounts(account string, types []string) (all, inAccount map[State]int, err error) {
+	all = make(map[State]int, len(States))
+	for _, st := range States {
+		all[st] = 0
+	}
+	if account != "" {
+		inAccount = maps.Clone(all)
+	}
+	err = s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketCounts).Cursor()
+		for k, v := c.Seek([]byte{2}); k != nil && k[0] == 2; k, v = c.Next() {
+			acct, rest, ok1 := strings.Cut(string(k[1:]), "\x00")
+			typ, st, ok2 := strings.Cut(rest, "\x00")
+			if !ok1 || !ok2 || !slices.Contains(types, typ) {
+				continue
+			}
+			all[State(st)] += int(readU64(v))
+			if acct == account && inAccount != nil {
+				inAccount[State(st)] += int(readU64(v))
+			}
+		}
+		return nil
+	})
+	return all, inAccount, err
+}
+
+// AppCounts returns, for each app that made operations still kept, the
+// number of them in each state.
+func (s *Store) AppCounts() (map[string]map[State]int, error) {
+	out := map[string]map[State]int{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketCounts).Cursor()
+		for k, v := c.Seek([]byte{1}); k != nil && k[0] == 1; k, v = c.Next() {
+			app, st, ok := strings.Cut(string(k[1:]), "\x00")
+			if !ok {
+				continue
+			}
+			if out[app] == nil {
+				out[app] = map[State]int{}
+			}
+			out[app][State(st)] = int(readU64(v))
+		}
+		return nil
+	})
+	return out, err
 }
 
 // freeBytes is the bytes of the file's free pages, as of the last

@@ -88,6 +88,7 @@ const (
 	opMergedInto
 	opPayloadInEntity // the payload is the entity row's data
 	opAfter
+	opApp
 	opFields
 )
 
@@ -561,6 +562,7 @@ func encodeOp(op *Operation, inEntity bool) []byte {
 	w.str(opMergedInto, op.MergedInto)
 	w.bool(opPayloadInEntity, inEntity)
 	w.str(opAfter, op.After)
+	w.str(opApp, op.App)
 	return w.finish()
 }
 
@@ -605,6 +607,7 @@ func decodeOp(seq uint64, v []byte) (op *Operation, inEntity bool, err error) {
 	op.MergedInto = r.str(opMergedInto)
 	inEntity = r.is(opPayloadInEntity)
 	op.After = r.str(opAfter)
+	op.App = r.str(opApp)
 	if inEntity && r.is(opPayload) {
 		r.err = fmt.Errorf("%w: a payload both in the row and in the entity's", errRow)
 	}

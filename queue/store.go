@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -247,12 +248,15 @@ func (s *Store) initBuckets(tx *bolt.Tx) (changed bool, err error) {
 		return changed, fmt.Errorf("queue: data file schema %d is newer than this syncd understands (%d)", got, schemaVersion)
 	case got < schemaVersion:
 		if got == 1 {
-			if err := buildAccountCounts(tx); err != nil {
-				return true, fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
-			}
 			if err := markMaybeApplied(tx); err != nil {
 				return true, fmt.Errorf("queue: upgrade the data file to schema 2: %w", err)
 			}
+		}
+		// Schema 2 added the per-account counts, schema 4 those per
+		// account and entity type (and per app, which an older file has
+		// none of): count them once.
+		if err := buildShareCounts(tx); err != nil {
+			return true, fmt.Errorf("queue: upgrade the data file to schema %d: %w", schemaVersion, err)
 		}
 		// Schema 3 reads schema 2's JSON rows as they are and writes each
 		// in the binary form when it next changes (rowcodec.go): nothing
@@ -285,22 +289,38 @@ func markMaybeApplied(tx *bolt.Tx) error {
 	return nil
 }
 
-// buildAccountCounts counts the operations of each account per state
-// (schema 1 kept only the totals).
-func buildAccountCounts(tx *bolt.Tx) error {
+// buildShareCounts counts the operations of each share (account,
+// account and entity type, app) per state anew; the totals are kept.
+func buildShareCounts(tx *bolt.Tx) error {
+	b := tx.Bucket(bucketCounts)
+	var stale [][]byte
+	if err := b.ForEach(func(k, _ []byte) error {
+		if len(k) > 0 && k[0] < ' ' {
+			stale = append(stale, bytes.Clone(k))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, k := range stale {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
 	counts := map[string]uint64{}
 	err := tx.Bucket(bucketOps).ForEach(func(k, v []byte) error {
 		op, _, err := decodeOp(readU64(k), v)
 		if err != nil {
 			return err
 		}
-		counts[string(accountCountKey(op.AccountID, op.State))]++
+		for _, key := range countKeys(op, op.State)[1:] {
+			counts[string(key)]++
+		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	b := tx.Bucket(bucketCounts)
 	for k, n := range counts {
 		if err := b.Put([]byte(k), u64(n)); err != nil {
 			return err

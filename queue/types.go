@@ -153,6 +153,10 @@ type Operation struct {
 	// this one is sent. While that one is not done (waiting, or failed
 	// and not yet retried or discarded), this one is held.
 	After string `json:"after,omitempty"`
+	// App is the app whose token made the write (Write.App); empty for
+	// a write made with the admin token, and for the operations syncd
+	// makes itself.
+	App string `json:"app,omitempty"`
 }
 
 // Key returns the Idempotency-Key to send: RemoteKey, or ID when the
@@ -192,6 +196,9 @@ type Write struct {
 	// After, set by ApplyBatch for an ordered batch, is the operation
 	// that must be done before this write's is sent (Operation.After).
 	After string
+	// App names the app that made the write (Operation.App): recorded,
+	// never checked here; the local API decides what an app may write.
+	App string
 }
 
 // Result is what Apply did.
@@ -237,6 +244,9 @@ type ListOptions struct {
 	State     State
 	// AccountID filters operations by account. Empty: all accounts.
 	AccountID string
+	// EntityTypes, if not nil, filters operations by entity type: only
+	// those of the listed types (none when it is empty but not nil).
+	EntityTypes []string
 }
 
 // Stats summarises the queue for status screens and metrics.
@@ -292,6 +302,8 @@ type Event struct {
 	MergedInto string `json:"mergedInto,omitempty"`
 	// Data carries event-specific fields (session and status events).
 	Data json.RawMessage `json:"data,omitempty"`
+	// App is the app that made the operation (operation.state events).
+	App string `json:"app,omitempty"`
 }
 
 // Event types written by the queue.

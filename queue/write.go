@@ -239,6 +239,7 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	op.App = w.App
 
 	head, err := tx.partitionHead(w.AccountID, w.EntityType, w.EntityID)
 	if err != nil {

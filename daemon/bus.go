@@ -150,6 +150,12 @@ type Filter struct {
 	Types      []string
 	EntityType string
 	AccountID  string
+	// Granted, if not nil, is a scope (an app token's): only events of
+	// these entity types pass, and those of no entity type (session,
+	// connectivity) but the ones in Withheld.
+	Granted map[string]bool
+	// Withheld lists event types that never pass.
+	Withheld []string
 }
 
 // Match reports whether e passes the filter. Resync events always pass.
@@ -161,6 +167,9 @@ func (f Filter) Match(e queue.Event) bool {
 		return false
 	}
 	if f.AccountID != "" && e.AccountID != f.AccountID {
+		return false
+	}
+	if f.Granted != nil && e.EntityType != "" && !f.Granted[e.EntityType] || slices.Contains(f.Withheld, e.Type) {
 		return false
 	}
 	if len(f.Types) == 0 {

@@ -341,6 +341,10 @@ type Status struct {
 	LastEventSeq  uint64 `json:"lastEventSeq"`
 	// Pull is the pull of the server's changes.
 	Pull PullStatus `json:"pull"`
+	// Apps holds, for each app that made operations still kept, their
+	// count per state, in every account (Operation.App). Operations made
+	// with the admin token are in Counts and in no app's.
+	Apps map[string]map[queue.State]int `json:"apps,omitempty"`
 }
 
 // Pause reasons of Status.PauseReason.
@@ -384,6 +388,12 @@ func (d *Daemon) Status(ctx context.Context) (Status, error) {
 		s.AccountCounts, s.AccountOldestPendingAgeSecond = st.Account.Counts, ageSeconds(d.now(), st.Account.OldestPending)
 	}
 	s.Pull = d.pullStatus(s.AccountID)
+	if s.Apps, err = d.store.AppCounts(); err != nil {
+		return Status{}, err
+	}
+	if len(s.Apps) == 0 {
+		s.Apps = nil
+	}
 	return s, nil
 }
 

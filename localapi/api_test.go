@@ -359,6 +359,15 @@ func (f fakeStore) Resolve(context.Context, string, string, string, string) (que
 	return queue.Entity{}, false, f.err
 }
 
+func (f fakeStore) AddApp(context.Context, queue.App) (queue.App, error) { return queue.App{}, f.err }
+func (f fakeStore) RemoveApp(context.Context, string) error              { return f.err }
+
+// Apps answers none, so that New starts.
+func (f fakeStore) Apps() ([]queue.App, error) { return nil, nil }
+func (f fakeStore) TypeCounts(string, []string) (map[queue.State]int, map[queue.State]int, error) {
+	return nil, nil, f.err
+}
+
 // TestInternalErrors: an unexpected error is a 500 with a generic
 // message, logged, never shown to the client.
 func TestInternalErrors(t *testing.T) {

@@ -72,7 +72,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	}
 	ws := make([]queue.Write, len(raw))
 	for i, item := range raw {
-		wr, err := s.batchItem(item)
+		wr, err := s.batchItem(r, item)
 		if err != nil {
 			s.failIndex(w, r, i, err)
 			return
@@ -118,7 +118,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 
 // batchItem parses one write of a batch into the queue write it makes,
 // with the fingerprint the same write sent alone would have.
-func (s *Server) batchItem(item json.RawMessage) (queue.Write, error) {
+func (s *Server) batchItem(r *http.Request, item json.RawMessage) (queue.Write, error) {
 	var bw batchWrite
 	idField, dataField, keyField := &field{name: "id", dst: &bw.ID}, &field{name: "data", dst: &bw.Data}, &field{name: "idempotencyKey", dst: &bw.IdempotencyKey}
 	// The whole body passed decodeObject's strict check already: the
@@ -130,13 +130,13 @@ func (s *Server) batchItem(item json.RawMessage) (queue.Write, error) {
 	if err := queue.ValidateEntityType(bw.Type); err != nil {
 		return queue.Write{}, badRequest(CodeInvalidRequest, fmt.Sprintf("type %q must be 1 to %d letters, digits, '_', '-' or '.'", bw.Type, queue.MaxEntityTypeLen))
 	}
-	if err := s.lookupType(bw.Type); err != nil {
+	if err := s.lookupType(r, bw.Type); err != nil {
 		return queue.Write{}, err
 	}
 	if (idField.present || bw.Op != "create") && validID(bw.ID, queue.ValidateEntityID) != nil {
 		return queue.Write{}, badRequest(CodeInvalidRequest, `field "id" `+idProblem(queue.MaxEntityIDLen))
 	}
-	wr := queue.Write{EntityType: bw.Type, EntityID: bw.ID, Data: bw.Data}
+	wr := queue.Write{EntityType: bw.Type, EntityID: bw.ID, Data: bw.Data, App: callerOf(r).appName()}
 	base := "/v1/entities/" + url.PathEscape(bw.Type)
 	var (
 		method, path string

@@ -55,10 +55,14 @@ func idProblem(max int) string {
 	return fmt.Sprintf("must be 1 to %d printable ASCII characters without spaces or '/', and not . or ..", max)
 }
 
-// lookupType refuses an entity type the server is not configured for.
-func (s *Server) lookupType(t string) error {
+// lookupType refuses an entity type the server is not configured for
+// (404), or the caller's app token is not granted (403).
+func (s *Server) lookupType(r *http.Request, t string) error {
 	if s.types != nil && !s.types[t] {
 		return &apiError{http.StatusNotFound, CodeUnknownEntityType, fmt.Sprintf("entity type %q is not configured", t)}
+	}
+	if g := callerOf(r); !g.mayUse(t) {
+		return &apiError{http.StatusForbidden, CodeTypeNotGranted, fmt.Sprintf("app %q's token is not granted entity type %q", g.name, t)}
 	}
 	return nil
 }
@@ -164,10 +168,11 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, status int, body 
 		}
 		wr.OperationID = key
 	}
-	if err := s.lookupType(wr.EntityType); err != nil {
+	if err := s.lookupType(r, wr.EntityType); err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	wr.App = callerOf(r).appName()
 	var res queue.Result
 	err = s.d.AccountWrite(func(account string) error {
 		wr.AccountID = account
@@ -210,7 +215,7 @@ func (s *Server) getEntity(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.lookupType(typ); err != nil {
+	if err := s.lookupType(r, typ); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -239,7 +244,7 @@ func (s *Server) listEntities(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.lookupType(typ); err != nil {
+	if err := s.lookupType(r, typ); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -312,7 +317,7 @@ func (s *Server) resolveEntity(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, badRequest(CodeInvalidRequest, `take must be "server" or "local"`))
 		return
 	}
-	if err := s.lookupType(typ); err != nil {
+	if err := s.lookupType(r, typ); err != nil {
 		s.fail(w, r, err)
 		return
 	}

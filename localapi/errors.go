@@ -34,6 +34,9 @@ const (
 	CodeUnauthorized         = "unauthorized"           // 401: missing or wrong bearer token
 	CodeForbiddenHost        = "forbidden_host"         // 403: Host is not a loopback name
 	CodeForbiddenOrigin      = "forbidden_origin"       // 403: Origin not on the allowlist
+	CodeAdminRequired        = "admin_required"         // 403: the route needs the admin token; an app token was sent
+	CodeReadOnly             = "read_only"              // 403: a write with a read-only app token
+	CodeTypeNotGranted       = "type_not_granted"       // 403: an entity type the app token is not granted
 	CodeNotFound             = "not_found"              // 404: no such route, entity or operation
 	CodeUnknownEntityType    = "unknown_entity_type"    // 404: entity type not configured
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405
@@ -48,6 +51,7 @@ const (
 	CodeNotPurgeable         = "not_purgeable"          // 409: purge refused, unsynced operations
 	CodePurgeInProgress      = "purge_in_progress"      // 409: sign-in of an account whose purge has not finished
 	CodeNoConflict           = "no_conflict"            // 409: resolve of an entity that is not in conflict
+	CodeAppExists            = "app_exists"             // 409: an app of that name is registered already
 	CodeKeyReused            = "idempotency_key_reused" // 422: Idempotency-Key used for another request
 	CodeUpgradeRequired      = "upgrade_required"       // 426: GET /v1/events without a WebSocket handshake
 	CodeInternal             = "internal"               // 500
@@ -122,8 +126,12 @@ func classify(err error) (status int, code string) {
 		errors.Is(err, daemon.ErrInvalidSession),
 		errors.Is(err, daemon.ErrInvalidPolicy):
 		return http.StatusBadRequest, CodeInvalidRequest
-	case errors.Is(err, queue.ErrEntityNotFound), errors.Is(err, queue.ErrOperationNotFound):
+	case errors.Is(err, queue.ErrEntityNotFound), errors.Is(err, queue.ErrOperationNotFound), errors.Is(err, queue.ErrAppNotFound):
 		return http.StatusNotFound, CodeNotFound
+	case errors.Is(err, queue.ErrInvalidApp):
+		return http.StatusBadRequest, CodeInvalidRequest
+	case errors.Is(err, queue.ErrAppExists):
+		return http.StatusConflict, CodeAppExists
 	case errors.Is(err, queue.ErrEntityExists):
 		return http.StatusConflict, CodeEntityExists
 	case errors.Is(err, queue.ErrKeyReused):

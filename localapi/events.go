@@ -75,6 +75,9 @@ const (
 	// CloseInternal (1011): reading the event log for the replay failed;
 	// reconnect with since = the last seq read.
 	CloseInternal = websocket.CloseInternalServerErr
+	// CloseRevoked (4401): the stream's app token was revoked (its app
+	// removed). Do not reconnect with it: a new handshake gets 401.
+	CloseRevoked = 4401
 )
 
 // Close reasons, the text of the close frames.
@@ -82,6 +85,7 @@ const (
 	reasonSlow     = "slow_subscriber: fell too far behind, events dropped; reconnect with since=<last seq read>"
 	reasonShutdown = "shutting_down: syncd is stopping; reconnect with since=<last seq read>"
 	reasonInternal = "internal: reading the event log failed; see the daemon's log; reconnect with since=<last seq read>"
+	reasonRevoked  = "token_revoked: this app's token was revoked; do not reconnect with it"
 )
 
 // Bus is what the events endpoint needs from the event bus. *daemon.Bus
@@ -162,6 +166,17 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	// An app token sees the events of its entity types, and those of
+	// none (session, connectivity), but not queue.totals: they count
+	// every app's operations. Its stream ends when it is revoked.
+	var revoked <-chan struct{}
+	if g := callerOf(r); g != nil {
+		if f.EntityType != "" && !g.mayUse(f.EntityType) {
+			s.fail(w, r, &apiError{http.StatusForbidden, CodeTypeNotGranted, fmt.Sprintf("app %q's token is not granted entity type %q", g.name, f.EntityType)})
+			return
+		}
+		f.Granted, f.Withheld, revoked = g.types, []string{daemon.EventQueueTotals}, g.revoked
+	}
 	if !websocket.IsWebSocketUpgrade(r) {
 		w.Header().Set("Upgrade", "websocket")
 		s.fail(w, r, &apiError{http.StatusUpgradeRequired, CodeUpgradeRequired, "GET /v1/events is a WebSocket endpoint: send a WebSocket handshake (Connection: Upgrade, Upgrade: websocket)"})
@@ -220,7 +235,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if tc, ok := hw.conn.Conn.(*net.TCPConn); ok {
 		_ = tc.SetWriteBuffer(s.eventSocketBuffer)
 	}
-	s.stream(conn, hw.conn, sub)
+	s.stream(conn, hw.conn, sub, revoked)
 }
 
 // hijackWriter hands gorilla/websocket a corkConn around the hijacked
@@ -375,10 +390,11 @@ func eventFilter(types, entityType, account string) (daemon.Filter, error) {
 	return f, nil
 }
 
-// stream writes the subscription to conn until one side ends it. This
-// goroutine is the only writer of data frames; a reader goroutine
-// answers pings, takes pongs and notices the subscriber's close.
-func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscription) {
+// stream writes the subscription to conn until one side ends it, or
+// revoked (nil for the admin token) is closed. This goroutine is the
+// only writer of data frames; a reader goroutine answers pings, takes
+// pongs and notices the subscriber's close.
+func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscription, revoked <-chan struct{}) {
 	pongWait := pongWaitFactor * s.pingInterval
 	readerDone := make(chan struct{})
 	conn.SetReadLimit(4 << 10) // subscribers send nothing but control frames
@@ -437,6 +453,12 @@ func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscrip
 		}
 	}
 	ended := func() bool {
+		select {
+		case <-revoked:
+			closeWith(CloseRevoked, reasonRevoked)
+			return true
+		default:
+		}
 		switch err := sub.Err(); {
 		case err == nil:
 			return false
@@ -450,6 +472,9 @@ func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscrip
 
 	// The replay, a chunk of the durable log at a time.
 	for {
+		if ended() {
+			return
+		}
 		chunk, err := sub.ReplayChunk()
 		if err != nil {
 			s.logger.Error("localapi: replaying events", "err", err)
@@ -510,6 +535,7 @@ func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscrip
 				case <-batchTimer.C:
 				case <-s.ws.closing:
 				case <-readerDone:
+				case <-revoked:
 				}
 				batchTimer.Stop()
 			}
@@ -537,6 +563,9 @@ func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscrip
 			}
 		case <-s.ws.closing:
 			closeWith(CloseGoingAway, reasonShutdown)
+			return
+		case <-revoked:
+			closeWith(CloseRevoked, reasonRevoked)
 			return
 		case <-readerDone:
 			return // the subscriber closed, or went silent past pongWait

@@ -33,8 +33,11 @@ const (
 // guard is the one wrapper in front of every route. In order: security
 // headers; Host must be a loopback name (DNS rebinding); Origin must be
 // absent or allowed (cross-site requests), with CORS preflights answered
-// for allowed origins; the bearer token, compared in constant time; the
-// body size limit. Handlers never re-check any of it. The mux's own 404
+// for allowed origins; the bearer token, the admin token or an app's;
+// the body size limit; the route's scope (an app token gets 403 on the
+// admin routes, and on the writing ones when it is read-only). The
+// entity types an app token is granted are checked by the handlers,
+// which know the type (lookupType, visibleOperation). Handlers never re-check any of it. The mux's own 404
 // and 405 answers are rewritten into the API's error shape. A panic in a
 // handler is answered 500 internal and logged (recoverPanic).
 func (s *Server) guard(mux *http.ServeMux) http.Handler {
@@ -67,13 +70,15 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 				return
 			}
 		}
-		if !s.authorized(r) {
+		g, ok := s.authorized(r)
+		if !ok {
 			s.gate.refuseUnauth(w, r)
 			h.Set("WWW-Authenticate", `Bearer realm="syncd"`)
-			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or wrong bearer token (Authorization: Bearer <token from the data directory's api-token file>)")
+			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing, wrong or revoked bearer token (Authorization: Bearer <the admin token from the data directory's api-token file, or an app token from syncd apps add>)")
 			return
 		}
 		s.gate.authenticated(r)
+		r = withGrant(r, g)
 		limit := s.maxBody
 		if r.URL.Path == batchPath {
 			limit = max(limit, DefaultMaxBatchBytes)
@@ -95,9 +100,22 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 			writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path+" (did you mean "+p+"?)")
 			return
 		}
-		if _, pattern := mux.Handler(r); pattern == "" {
+		_, pattern := mux.Handler(r)
+		if pattern == "" {
 			s.unrouted(w, r, mux)
 			return
+		}
+		if g != nil {
+			switch s.scopes[pattern] {
+			case scopeAdmin:
+				writeError(w, http.StatusForbidden, CodeAdminRequired, r.Method+" "+r.URL.Path+" needs the admin token; app "+strconv.Quote(g.name)+"'s token cannot use it")
+				return
+			case scopeWrite:
+				if g.readOnly {
+					writeError(w, http.StatusForbidden, CodeReadOnly, "app "+strconv.Quote(g.name)+"'s token is read-only: "+r.Method+" "+r.URL.Path+" writes")
+					return
+				}
+			}
 		}
 		mux.ServeHTTP(pw, r)
 	})
@@ -270,15 +288,21 @@ func normalizeHost(hostport string) string {
 
 func tokenDigest(token string) [32]byte { return sha256.Sum256([]byte(token)) }
 
-// authorized checks the bearer token in constant time (digests of equal
-// length are compared, so not even the token's length leaks).
-func (s *Server) authorized(r *http.Request) bool {
+// authorized checks the bearer token: the admin token (g nil), compared
+// in constant time (digests of equal length are compared, so not even
+// the token's length leaks), or a registered app's (its grant), found by
+// the token's digest: a lookup's timing can tell at most something about
+// a digest, from which no token can be made.
+func (s *Server) authorized(r *http.Request) (g *grant, ok bool) {
 	token, ok := s.requestToken(r)
 	if !ok {
-		return false
+		return nil, false
 	}
 	sum := tokenDigest(token)
-	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
+	if subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1 {
+		return nil, true
+	}
+	return s.apps.lookup(sum)
 }
 
 // requestToken returns the token a request carries: the Authorization

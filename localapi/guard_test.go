@@ -94,7 +94,7 @@ func TestAltToken(t *testing.T) {
 		if tt.protocol != "" {
 			r.Header.Set("Sec-WebSocket-Protocol", tt.protocol)
 		}
-		if got := s.authorized(r); got != tt.want {
+		if _, got := s.authorized(r); got != tt.want {
 			t.Errorf("%s %s (protocol %q): authorized = %v, want %v", tt.method, tt.target, tt.protocol, got, tt.want)
 		}
 	}

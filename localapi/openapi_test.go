@@ -65,6 +65,32 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Errorf("openapi.json and the routes differ:\ndocumented: %q\nregistered: %q", documented, registered)
 	}
 
+	// Each operation's x-syncd-scope and security roles are the scope
+	// its route has.
+	for _, r := range e.srv.routeTable() {
+		method, path, _ := strings.Cut(r.pattern, " ")
+		var op struct {
+			Scope    string                `json:"x-syncd-scope"`
+			Security []map[string][]string `json:"security"`
+		}
+		if err := json.Unmarshal(doc.Paths[path][strings.ToLower(method)], &op); err != nil {
+			continue // reported above
+		}
+		if op.Scope != r.scope.String() {
+			t.Errorf("%s: x-syncd-scope %q, the route's scope is %s", r.pattern, op.Scope, r.scope)
+		}
+		for _, req := range op.Security {
+			for name, roles := range req {
+				if !slices.Equal(roles, []string{r.scope.String()}) {
+					t.Errorf("%s: security %s roles %v, the route's scope is %s", r.pattern, name, roles, r.scope)
+				}
+			}
+		}
+		if len(op.Security) == 0 {
+			t.Errorf("%s: no security requirement", r.pattern)
+		}
+	}
+
 	mux := e.srv.routes()
 	param := regexp.MustCompile(`\{[^}]+\}`)
 	for _, op := range documented {
@@ -106,7 +132,8 @@ func TestOpenAPIDocument(t *testing.T) {
 	for _, c := range []string{CodeUnauthorized, CodeForbiddenHost, CodeForbiddenOrigin, CodeNotFound, CodeUnknownEntityType,
 		CodeMethodNotAllowed, CodeUnsupportedMediaType, CodeBodyTooLarge, CodeInvalidJSON, CodeInvalidRequest, CodeNoSession,
 		CodeEntityExists, CodeIllegalTransition, CodeNotPurgeable, CodePurgeInProgress, CodeKeyReused, CodeUpgradeRequired, CodeInternal,
-		CodeShuttingDown, CodeTooManySubscribers, CodeRequestTimeout, CodeStorageFull} {
+		CodeShuttingDown, CodeTooManySubscribers, CodeRequestTimeout, CodeStorageFull, CodeAdminRequired, CodeReadOnly,
+		CodeTypeNotGranted, CodeAppExists} {
 		if !slices.Contains(codes.Enum, c) {
 			t.Errorf("error code %s is not in the ErrorCode schema", c)
 		}
@@ -132,7 +159,7 @@ func TestOpenAPIServed(t *testing.T) {
 func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	t.Parallel()
 	doc := loadOpenAPI(t)
-	for name, v := range map[string]any{"Operation": queue.Operation{}, "Entity": entityAnswer{}, "Status": daemon.Status{}, "RemoteProblem": daemon.RemoteProblem{}} {
+	for name, v := range map[string]any{"Operation": queue.Operation{}, "Entity": entityAnswer{}, "Status": statusAnswer{}, "RemoteProblem": daemon.RemoteProblem{}, "App": appAnswer{}} {
 		var schema struct {
 			Properties map[string]json.RawMessage `json:"properties"`
 		}

@@ -53,6 +53,9 @@ func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) {
 	if opts.AccountID == "" {
 		opts.AccountID, _ = s.d.Account()
 	}
+	if g := callerOf(r); g != nil {
+		opts.EntityTypes = g.typeList
+	}
 	ops, next, err := s.store.ListOperations(opts)
 	if err != nil {
 		s.fail(w, r, err)
@@ -75,12 +78,26 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	op, err := s.store.GetOperation(id)
+	op, err := s.visibleOperation(r, id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, op)
+}
+
+// visibleOperation returns the operation id if the caller may see it:
+// to an app token, an operation of a type it is not granted does not
+// exist (404, as an unknown id).
+func (s *Server) visibleOperation(r *http.Request, id string) (queue.Operation, error) {
+	op, err := s.store.GetOperation(id)
+	if err != nil {
+		return op, err
+	}
+	if !callerOf(r).mayUse(op.EntityType) {
+		return queue.Operation{}, fmt.Errorf("%w: %s", queue.ErrOperationNotFound, id)
+	}
+	return op, nil
 }
 
 // POST /v1/operations/{id}/retry → 200 operation (pending again). Only a
@@ -130,5 +147,14 @@ func (s *Server) parseOperationAction(r *http.Request) (string, error) {
 	if _, err := query(r); err != nil {
 		return "", err
 	}
-	return id, requireNoBody(r)
+	if err := requireNoBody(r); err != nil {
+		return "", err
+	}
+	if callerOf(r) != nil {
+		// An app acts only on operations of its types.
+		if _, err := s.visibleOperation(r, id); err != nil {
+			return "", err
+		}
+	}
+	return id, nil
 }

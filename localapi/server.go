@@ -73,6 +73,11 @@ type Store interface {
 	Discard(ctx context.Context, id string) error
 	Resolve(ctx context.Context, account, entityType, id, take string) (queue.Entity, bool, error)
 	ApplyBatch(ctx context.Context, ws []queue.Write, ordered bool) ([]queue.Result, error)
+	// The app registry, and the counts an app token's status shows.
+	AddApp(ctx context.Context, a queue.App) (queue.App, error)
+	RemoveApp(ctx context.Context, name string) error
+	Apps() ([]queue.App, error)
+	TypeCounts(account string, types []string) (all, inAccount map[queue.State]int, err error)
 }
 
 // Config configures a Server. Daemon and Token are required; the zero
@@ -83,8 +88,10 @@ type Config struct {
 	// Store is the queue. Nil means the daemon's own (its Store method,
 	// as *daemon.Daemon has).
 	Store Store
-	// Token is the bearer token every request must carry (see
-	// LoadOrCreateToken).
+	// Token is the admin token (see LoadOrCreateToken): it opens every
+	// route. App tokens, made with it (POST /v1/apps), open the entity
+	// routes of the types they are granted; the apps are kept in the
+	// Store.
 	Token string
 	// AllowedOrigins lists the exact origins ("http://localhost:3000")
 	// whose browser requests are served; they also get CORS headers. A
@@ -155,6 +162,8 @@ type Server struct {
 	d        Daemon
 	store    Store
 	tokenSum [32]byte
+	apps     appTable
+	scopes   map[string]scope // route pattern → what it needs of the token
 	origins  map[string]bool
 	hosts    map[string]bool
 	types    map[string]bool
@@ -261,42 +270,55 @@ func New(cfg Config) (*Server, error) {
 			s.types[t] = true
 		}
 	}
+	apps, err := store.Apps()
+	if err != nil {
+		return nil, fmt.Errorf("localapi: read the apps: %w", err)
+	}
+	if err := s.apps.load(apps); err != nil {
+		return nil, err
+	}
 	s.handler = s.guard(s.routes())
 	return s, nil
 }
 
-// route is one registered pattern and its handler.
+// route is one registered pattern, its handler and what it needs of the
+// caller's token.
 type route struct {
 	pattern string // "METHOD /path" (Go 1.22 ServeMux pattern)
 	h       http.Handler
+	scope   scope
 }
 
 // routeTable lists every route of the API: the one place routes are
 // declared, so that TestOpenAPIMatchesRoutes can hold openapi.json to it.
 func (s *Server) routeTable() []route {
 	rs := []route{
-		{"PUT /v1/session", http.HandlerFunc(s.putSession)},
-		{"DELETE /v1/session", http.HandlerFunc(s.deleteSession)},
-		{"GET /v1/status", http.HandlerFunc(s.getStatus)},
+		{"PUT /v1/session", http.HandlerFunc(s.putSession), scopeAdmin},
+		{"DELETE /v1/session", http.HandlerFunc(s.deleteSession), scopeAdmin},
+		{"GET /v1/status", http.HandlerFunc(s.getStatus), scopeRead},
 
-		{"POST /v1/entities/{type}", http.HandlerFunc(s.createEntity)},
-		{"GET /v1/entities/{type}", http.HandlerFunc(s.listEntities)},
-		{"GET /v1/entities/{type}/{id}", http.HandlerFunc(s.getEntity)},
-		{"PATCH /v1/entities/{type}/{id}", http.HandlerFunc(s.updateEntity)},
-		{"DELETE /v1/entities/{type}/{id}", http.HandlerFunc(s.deleteEntity)},
-		{"POST /v1/entities/{type}/{id}/resolve", http.HandlerFunc(s.resolveEntity)},
-		{"POST " + batchPath, http.HandlerFunc(s.batch)},
+		{"POST /v1/entities/{type}", http.HandlerFunc(s.createEntity), scopeWrite},
+		{"GET /v1/entities/{type}", http.HandlerFunc(s.listEntities), scopeRead},
+		{"GET /v1/entities/{type}/{id}", http.HandlerFunc(s.getEntity), scopeRead},
+		{"PATCH /v1/entities/{type}/{id}", http.HandlerFunc(s.updateEntity), scopeWrite},
+		{"DELETE /v1/entities/{type}/{id}", http.HandlerFunc(s.deleteEntity), scopeWrite},
+		{"POST /v1/entities/{type}/{id}/resolve", http.HandlerFunc(s.resolveEntity), scopeWrite},
+		{"POST " + batchPath, http.HandlerFunc(s.batch), scopeWrite},
 
-		{"GET /v1/operations", http.HandlerFunc(s.listOperations)},
-		{"GET /v1/operations/{id}", http.HandlerFunc(s.getOperation)},
-		{"POST /v1/operations/{id}/retry", http.HandlerFunc(s.retryOperation)},
-		{"POST /v1/operations/{id}/discard", http.HandlerFunc(s.discardOperation)},
+		{"GET /v1/operations", http.HandlerFunc(s.listOperations), scopeRead},
+		{"GET /v1/operations/{id}", http.HandlerFunc(s.getOperation), scopeRead},
+		{"POST /v1/operations/{id}/retry", http.HandlerFunc(s.retryOperation), scopeWrite},
+		{"POST /v1/operations/{id}/discard", http.HandlerFunc(s.discardOperation), scopeWrite},
 
-		{"GET " + eventsPath, http.HandlerFunc(s.events)},
-		{"GET " + openAPIPath, http.HandlerFunc(s.openAPI)},
+		{"GET " + eventsPath, http.HandlerFunc(s.events), scopeRead},
+		{"GET " + openAPIPath, http.HandlerFunc(s.openAPI), scopeRead},
+
+		{"POST /v1/apps", http.HandlerFunc(s.addApp), scopeAdmin},
+		{"GET /v1/apps", http.HandlerFunc(s.listApps), scopeAdmin},
+		{"DELETE /v1/apps/{name}", http.HandlerFunc(s.removeApp), scopeAdmin},
 	}
 	if s.metrics != nil {
-		rs = append(rs, route{"GET /metrics", s.metrics})
+		rs = append(rs, route{"GET /metrics", s.metrics, scopeAdmin})
 	}
 	return rs
 }
@@ -305,8 +327,10 @@ func (s *Server) routeTable() []route {
 // it does every security check.
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
+	s.scopes = make(map[string]scope)
 	for _, r := range s.routeTable() {
 		mux.Handle(r.pattern, r.h)
+		s.scopes[r.pattern] = r.scope
 	}
 	// Browsers cannot set headers on a WebSocket: the events stream may
 	// carry the token as ?token= or a subprotocol.

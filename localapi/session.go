@@ -69,7 +69,23 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, logoutAnswer{Policy: policy, Purged: purged})
 }
 
-// GET /v1/status → 200 daemon.Status.
+// statusAnswer is daemon.Status and, for an app token, the app's grant.
+type statusAnswer struct {
+	daemon.Status
+	App *appScope `json:"app,omitempty"`
+}
+
+// appScope is what an app token may do, as its status shows it.
+type appScope struct {
+	Name     string   `json:"name"`
+	Types    []string `json:"types"`
+	ReadOnly bool     `json:"readOnly"`
+}
+
+// GET /v1/status → 200 daemon.Status. To an app token, the counts are
+// those of its entity types, the per-app counts and the oldest pending
+// ages (which may be another app's operation) are left out, and "app"
+// says what the token may do.
 func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
 	if _, err := query(r); err != nil {
 		s.fail(w, r, err)
@@ -80,5 +96,19 @@ func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	ans := statusAnswer{Status: st}
+	if g := callerOf(r); g != nil {
+		all, inAccount, err := s.store.TypeCounts(st.AccountID, g.typeList)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		ans.Counts, ans.Apps = all, nil
+		ans.OldestPendingAgeSecond, ans.AccountOldestPendingAgeSecond = 0, 0
+		if st.AccountCounts != nil {
+			ans.AccountCounts = inAccount
+		}
+		ans.App = &appScope{Name: g.name, Types: g.typeList, ReadOnly: g.readOnly}
+	}
+	writeJSON(w, http.StatusOK, ans)
 }

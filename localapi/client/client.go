@@ -203,6 +203,9 @@ type Operation struct {
 	// After, in an ordered batch, is the operation that must be done
 	// before this one is sent; while it is not, this one is held.
 	After string `json:"after,omitempty"`
+	// App is the app whose token made the write; empty for the admin
+	// token and for operations syncd made itself.
+	App string `json:"app,omitempty"`
 }
 
 // Status is syncd's one-screen summary.
@@ -230,6 +233,20 @@ type Status struct {
 	LastEventSeq                   uint64         `json:"lastEventSeq"`
 	// Pull is the pull of the server's changes.
 	Pull PullStatus `json:"pull"`
+	// Apps (admin token only): per app, the operations it made that are
+	// still kept, per state, in every account.
+	Apps map[string]map[string]int `json:"apps,omitempty"`
+	// App (app tokens only) is what the token may do; Counts and
+	// AccountCounts are then those of its entity types, and the oldest
+	// pending ages 0.
+	App *AppScope `json:"app,omitempty"`
+}
+
+// AppScope is what an app token may do.
+type AppScope struct {
+	Name     string   `json:"name"`
+	Types    []string `json:"types"`
+	ReadOnly bool     `json:"readOnly"`
 }
 
 // PullStatus is the pull of the server's changes into the local store.

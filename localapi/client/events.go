@@ -32,6 +32,8 @@ type Event struct {
 	// operation, which carries its data (mergeable types).
 	MergedInto string          `json:"mergedInto,omitempty"`
 	Data       json.RawMessage `json:"data,omitempty"`
+	// App: operation.state, the app that made the operation.
+	App string `json:"app,omitempty"`
 }
 
 // EventResync tells the subscriber that events it asked for are no

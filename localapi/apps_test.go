@@ -22,7 +22,9 @@ func (e *env) addApp(name string, types []string, readOnly bool) string {
 	return token
 }
 
-func bearer(token string) map[string]string { return map[string]string{"Authorization": "Bearer " + token} }
+func bearer(token string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + token}
+}
 
 // An app token reaches only its entity types, on every route that takes
 // one; another app's operations do not exist for it; the admin routes

@@ -55,7 +55,7 @@ func (c *cliEnv) syncd(args ...string) (stdout, stderr string, code int) {
 	c.t.Helper()
 	// The flags go after the subcommand (and after ops' verb).
 	at := 1
-	if args[0] == "ops" && len(args) > 1 {
+	if (args[0] == "ops" || args[0] == "apps") && len(args) > 1 {
 		at = 2
 	}
 	full := append(append(append([]string{}, args[:at]...), "--addr", c.Addr, "--token-file", c.tokenFile), args[at:]...)
@@ -217,6 +217,50 @@ func TestCLIOps(t *testing.T) {
 		if _, errOut, code := c.syncd(args...); code != exitNotFound || !strings.Contains(errOut, "not_found") {
 			t.Errorf("%v of a gone op: exit %d: %s", args, code, errOut)
 		}
+	}
+}
+
+// syncd apps add prints the token alone on its last line; the app's
+// writes show its name in ops list and status; apps list never shows a
+// token; apps remove revokes it.
+func TestCLIApps(t *testing.T) {
+	t.Parallel()
+	c := startCLI(t, localapitest.Options{Account: "alice"})
+	out := c.must("apps", "add", "notes", "--types", "note, tag")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	token := lines[len(lines)-1]
+	if !strings.HasPrefix(token, "syncd_app_") || len(token) != len("syncd_app_")+64 {
+		t.Fatalf("apps add: last line %q is not the token:\n%s", token, out)
+	}
+	contains(t, "apps add", out, "app notes may read and write: note, tag")
+	app, err := client.New(client.Config{Addr: c.Addr, Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.CloseIdleConnections()
+	if _, err := app.Create(context.Background(), "note", "n1", map[string]any{"a": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.Create(context.Background(), "task", "t1", map[string]any{"a": 1}); !client.IsCode(err, "type_not_granted") {
+		t.Fatalf("the notes app wrote a task: %v", err)
+	}
+	contains(t, "ops list", c.must("ops", "list"), "APP", "note/n1  notes")
+	contains(t, "status", c.must("status"), "app notes:", "1 unsent, 0 failed, 0 done")
+	list := c.must("apps", "list")
+	contains(t, "apps list", list, "notes", "read-write", "note,tag")
+	if strings.Contains(list, token[len("syncd_app_"):]) {
+		t.Errorf("apps list shows the token:\n%s", list)
+	}
+	_, errOut, code := c.syncd("apps", "add", "notes", "--types", "note")
+	if code == 0 || !strings.Contains(errOut, "app_exists") {
+		t.Errorf("apps add of a taken name: exit %d: %s", code, errOut)
+	}
+	if _, _, code := c.syncd("apps", "add", "x"); code != exitUsage {
+		t.Errorf("apps add without --types: exit %d", code)
+	}
+	contains(t, "apps remove", c.must("apps", "remove", "notes"), "app notes removed")
+	if _, err := app.Get(context.Background(), "note", "n1"); !client.IsCode(err, "unauthorized") {
+		t.Fatalf("a removed app's token: %v", err)
 	}
 }
 

@@ -29,6 +29,7 @@ func commands() []command {
 		{"server", "run the reference remote server", cmdServer},
 		{"status", "show sync status: account, online, queue counts, failed operations", cmdStatus},
 		{"ops", "list, show, retry or discard queued operations", cmdOps},
+		{"apps", "add, list or remove app tokens, each scoped to entity types", cmdApps},
 		{"events", "print the live sync event stream", cmdEvents},
 		{"compact", "rewrite the data file without its free pages (syncd stopped)", cmdCompact},
 		{"bench", "measure durable creates and syncing on this machine, in a scratch directory", cmdBench},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -63,9 +64,9 @@ func cmdOps(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return printJSON(stdout, l)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATE\tOP\tENTITY\tATTEMPTS\tAGE\tERROR")
+		fmt.Fprintln(tw, "ID\tSTATE\tOP\tENTITY\tAPP\tATTEMPTS\tAGE\tERROR")
 		for _, op := range l.Items {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%d\t%s\t%s\n", op.ID, op.State, op.Type, op.EntityType, op.EntityID, op.AttemptCount, time.Since(op.CreatedAt).Round(time.Second), op.LastErrorCode)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%s\t%d\t%s\t%s\n", op.ID, op.State, op.Type, op.EntityType, op.EntityID, cmp.Or(op.App, "-"), op.AttemptCount, time.Since(op.CreatedAt).Round(time.Second), op.LastErrorCode)
 		}
 		return tw.Flush()
 	case "show":

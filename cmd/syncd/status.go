@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -99,6 +100,17 @@ func printStatus(w io.Writer, st client.Status, failed []client.Operation) {
 		fmt.Fprintf(tw, "queue:\t%s waiting to be sent, no limit\n", bytesHuman(st.QueuedBytes))
 	}
 	fmt.Fprintf(tw, "pull:\t%s\n", pullLine(st.Pull))
+	if st.App != nil {
+		access := "read and write"
+		if st.App.ReadOnly {
+			access = "read"
+		}
+		fmt.Fprintf(tw, "token:\tapp %s (may %s %s); counts are its types'\n", st.App.Name, access, strings.Join(st.App.Types, ", "))
+	}
+	for _, name := range slices.Sorted(maps.Keys(st.Apps)) {
+		c := st.Apps[name]
+		fmt.Fprintf(tw, "app %s:\t%d unsent, %d failed, %d done (operations it made, every account)\n", name, unfinished(c)-c["permanent_failed"], c["permanent_failed"], c["done"])
+	}
 	fmt.Fprintf(tw, "last event:\t%d\n", st.LastEventSeq)
 	tw.Flush()
 	if len(failed) == 0 {

@@ -341,10 +341,10 @@ func TestTwoDevicesRejectConflictAndResolve(t *testing.T) {
 		})
 	}
 	// x: take the server's; y: keep B's.
-	if _, _, err := b.store.Resolve(context.Background(), "alice", "note", "x", queue.TakeServer); err != nil {
+	if _, _, err := b.store.Resolve(context.Background(), "alice", "note", "x", queue.TakeServer, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.store.Resolve(context.Background(), "alice", "note", "y", queue.TakeLocal); err != nil {
+	if _, _, err := b.store.Resolve(context.Background(), "alice", "note", "y", queue.TakeLocal, ""); err != nil {
 		t.Fatal(err)
 	}
 	b.d.Notify()

@@ -326,7 +326,7 @@ func (s *Server) resolveEntity(w http.ResponseWriter, r *http.Request) {
 		removed bool
 	)
 	err = s.d.AccountWrite(func(account string) error {
-		e, removed, err = s.store.Resolve(r.Context(), account, typ, id, take)
+		e, removed, err = s.store.Resolve(r.Context(), account, typ, id, take, callerOf(r).appName())
 		return err
 	})
 	if errors.Is(err, daemon.ErrNoSession) {

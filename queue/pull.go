@@ -443,7 +443,9 @@ var ErrNoConflict = errors.New("queue: the entity is not in conflict")
 // server's current version: an update (or a delete, if the entity is
 // deleted locally), or a create when the server deleted the record. The
 // returned entity is the result; Removed is set when it left the store.
-func (s *Store) Resolve(ctx context.Context, account, entityType, id, take string) (e Entity, removed bool, err error) {
+// app names the app that resolved (Operation.App of the operation
+// TakeLocal queues); empty for the admin token.
+func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app string) (e Entity, removed bool, err error) {
 	if take != TakeServer && take != TakeLocal {
 		return e, false, fmt.Errorf("%w: take must be %q or %q", ErrInvalidWrite, TakeServer, TakeLocal)
 	}
@@ -521,6 +523,7 @@ func (s *Store) Resolve(ctx context.Context, account, entityType, id, take strin
 		if err != nil {
 			return err
 		}
+		op.App = app
 		if err := tx.saveEntity(ent); err != nil {
 			return err
 		}

@@ -217,20 +217,20 @@ func TestConflictAndResolve(t *testing.T) {
 
 	t.Run("take server", func(t *testing.T) {
 		s := setupConflict(t, "n", theirs)
-		e, removed, err := s.Resolve(ctx, "acct", "note", "n", TakeServer)
+		e, removed, err := s.Resolve(ctx, "acct", "note", "n", TakeServer, "")
 		if err != nil || removed || e.SyncState != SyncSynced || string(e.Data) != `{"v":"theirs"}` || e.ServerVersion != 2 || e.Server != nil {
 			t.Fatalf("take server: %+v %v %v", e, removed, err)
 		}
 		if st, _ := s.Stats(); st.Counts[StatePermanentFailed] != 0 || st.Counts[StatePending] != 0 {
 			t.Fatalf("operations left: %v", st.Counts)
 		}
-		if _, _, err := s.Resolve(ctx, "acct", "note", "n", TakeServer); !errors.Is(err, ErrNoConflict) {
+		if _, _, err := s.Resolve(ctx, "acct", "note", "n", TakeServer, ""); !errors.Is(err, ErrNoConflict) {
 			t.Fatalf("resolve of a synced entity: %v", err)
 		}
 	})
 	t.Run("take local", func(t *testing.T) {
 		s := setupConflict(t, "n", theirs)
-		e, _, err := s.Resolve(ctx, "acct", "note", "n", TakeLocal)
+		e, _, err := s.Resolve(ctx, "acct", "note", "n", TakeLocal, "")
 		if err != nil || e.SyncState != SyncPending || string(e.Data) != `{"v":"mine"}` || e.ServerVersion != 2 {
 			t.Fatalf("take local: %+v %v", e, err)
 		}
@@ -241,7 +241,7 @@ func TestConflictAndResolve(t *testing.T) {
 	})
 	t.Run("take server that deleted it", func(t *testing.T) {
 		s := setupConflict(t, "n", ServerState{Version: 3, Deleted: true})
-		_, removed, err := s.Resolve(ctx, "acct", "note", "n", TakeServer)
+		_, removed, err := s.Resolve(ctx, "acct", "note", "n", TakeServer, "")
 		if err != nil || !removed {
 			t.Fatalf("take server's delete: %v %v", removed, err)
 		}
@@ -251,7 +251,7 @@ func TestConflictAndResolve(t *testing.T) {
 	})
 	t.Run("take local over the server's delete", func(t *testing.T) {
 		s := setupConflict(t, "n", ServerState{Version: 3, Deleted: true})
-		e, _, err := s.Resolve(ctx, "acct", "note", "n", TakeLocal)
+		e, _, err := s.Resolve(ctx, "acct", "note", "n", TakeLocal, "")
 		if err != nil || e.SyncState != SyncPending {
 			t.Fatalf("take local: %+v %v", e, err)
 		}
@@ -274,7 +274,7 @@ func TestConflictAndResolve(t *testing.T) {
 	})
 	t.Run("bad take", func(t *testing.T) {
 		s := setupConflict(t, "n", theirs)
-		if _, _, err := s.Resolve(ctx, "acct", "note", "n", "both"); !errors.Is(err, ErrInvalidWrite) {
+		if _, _, err := s.Resolve(ctx, "acct", "note", "n", "both", ""); !errors.Is(err, ErrInvalidWrite) {
 			t.Fatalf("take both: %v", err)
 		}
 	})

@@ -4,7 +4,7 @@
 // which has fetch but no global WebSocket, pass one (the `ws` package's)
 // as `WebSocket`.
 
-import type { BatchWrite, Entity, List, Operation, Status, SyncEvent } from "./types.js";
+import type { App, BatchWrite, Entity, List, Operation, Status, SyncEvent } from "./types.js";
 export * from "./types.js";
 
 /** An error answer of the local API. `code` is stable: switch on it. */
@@ -36,7 +36,11 @@ export interface WebSocketLike {
 export interface ClientOptions {
   /** The daemon's address, host:port (default 127.0.0.1:7419), or a base URL. */
   addr?: string;
-  /** The API token (the data directory's api-token file). */
+  /**
+   * The API token: an app token (from `syncd apps add`, scoped to the
+   * app's entity types), or the admin token (the data directory's
+   * api-token file), which opens everything.
+   */
   token: string;
   /** fetch to use (default the global one). */
   fetch?: typeof fetch;
@@ -73,6 +77,9 @@ export interface OperationListOptions {
 }
 
 const DEFAULT_ADDR = "127.0.0.1:7419";
+
+/** The close code of an event stream whose app token was revoked. */
+export const CLOSE_REVOKED = 4401;
 
 /** The local API client. */
 export class SyncdClient {
@@ -201,6 +208,27 @@ export class SyncdClient {
     await this.request("POST", `/v1/operations/${seg(id)}/discard`);
   }
 
+  // ---- apps (admin token only) ----
+
+  /**
+   * Registers an app and returns it with its token, shown this once
+   * (syncd keeps only its digest). The app's token reads, and unless
+   * readOnly writes, only the given entity types.
+   */
+  async addApp(name: string, types: string[], opts: { readOnly?: boolean } = {}): Promise<App> {
+    return (await this.request("POST", "/v1/apps", { body: { name, types, readOnly: opts.readOnly ?? false } })) as App;
+  }
+
+  /** The registered apps, without tokens. */
+  async apps(): Promise<App[]> {
+    return ((await this.request("GET", "/v1/apps")) as List<App>).items;
+  }
+
+  /** Removes an app: its token is refused from the next request on, and its event streams end. */
+  async removeApp(name: string): Promise<void> {
+    await this.request("DELETE", "/v1/apps/" + seg(name));
+  }
+
   // ---- events ----
 
   /**
@@ -267,6 +295,12 @@ export interface SubscribeOptions {
   entityType?: string;
   account?: string;
   onEvent?: (e: SyncEvent) => void;
+  /**
+   * Called when the stream ends for good because its app token was
+   * revoked (a SyncdError with code token_revoked); the iterator then
+   * throws it. Nothing reconnects after that.
+   */
+  onError?: (err: SyncdError) => void;
   /** The first reconnect wait, doubled up to maxDelayMs (default 100, 5000). */
   minDelayMs?: number;
   maxDelayMs?: number;
@@ -282,6 +316,8 @@ export class Subscription implements AsyncIterable<SyncEvent> {
   private waiters: ((r: IteratorResult<SyncEvent>) => void)[] = [];
   private delay: number;
   private timer: ReturnType<typeof setTimeout> | undefined;
+  private failure: SyncdError | undefined;
+  private rejecters: ((err: SyncdError) => void)[] = [];
 
   constructor(
     private readonly baseURL: string,
@@ -332,9 +368,14 @@ export class Subscription implements AsyncIterable<SyncEvent> {
       this.deliver(e);
     };
     ws.onerror = () => {};
-    ws.onclose = () => {
+    ws.onclose = (ev) => {
       this.ws = undefined;
       if (this.closed) return;
+      if (ev?.code === CLOSE_REVOKED) {
+        // The app's token was revoked: reconnecting could only get 401.
+        this.fail(new SyncdError(401, "token_revoked", ev.reason || "this app's token was revoked"));
+        return;
+      }
       this.timer = setTimeout(() => this.connect(), this.delay);
       this.delay = Math.min(this.delay * 2, this.opts.maxDelayMs ?? 5000);
     };
@@ -343,8 +384,17 @@ export class Subscription implements AsyncIterable<SyncEvent> {
   private deliver(e: SyncEvent): void {
     this.opts.onEvent?.(e);
     const w = this.waiters.shift();
+    this.rejecters.shift();
     if (w) w({ value: e, done: false });
     else if (!this.opts.onEvent) this.queue.push(e);
+  }
+
+  private fail(err: SyncdError): void {
+    this.closed = true;
+    this.failure = err;
+    this.opts.onError?.(err);
+    this.waiters.splice(0);
+    for (const r of this.rejecters.splice(0)) r(err);
   }
 
   /** Ends the stream: the iterator finishes, no reconnect. */
@@ -353,6 +403,7 @@ export class Subscription implements AsyncIterable<SyncEvent> {
     this.closed = true;
     if (this.timer) clearTimeout(this.timer);
     this.ws?.close(1000, "closed by the client");
+    this.rejecters.splice(0);
     for (const w of this.waiters.splice(0)) w({ value: undefined, done: true });
   }
 
@@ -361,8 +412,12 @@ export class Subscription implements AsyncIterable<SyncEvent> {
       next: () => {
         const e = this.queue.shift();
         if (e) return Promise.resolve({ value: e, done: false });
+        if (this.failure) return Promise.reject(this.failure);
         if (this.closed) return Promise.resolve({ value: undefined, done: true });
-        return new Promise((resolve) => this.waiters.push(resolve));
+        return new Promise((resolve, reject) => {
+          this.waiters.push(resolve);
+          this.rejecters.push(reject);
+        });
       },
       return: () => {
         this.close();

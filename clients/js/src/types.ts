@@ -60,6 +60,8 @@ export interface Operation {
   maybeApplied?: boolean;
   mergedInto?: string;
   after?: string;
+  /** The app whose token made the write; absent for the admin token. */
+  app?: string;
 }
 
 export interface List<T> {
@@ -103,6 +105,26 @@ export interface Status {
   queueFull?: boolean;
   lastEventSeq: number;
   pull: PullStatus;
+  /** Admin token only: per app, the operations it made that are still kept, per state. */
+  apps?: Record<string, Partial<Record<OperationState, number>>>;
+  /** App tokens only: what the token may do; counts are then its types'. */
+  app?: AppScope;
+}
+
+/** What an app token may do. */
+export interface AppScope {
+  name: string;
+  types: string[];
+  readOnly: boolean;
+}
+
+/** An app registered with syncd; token is set only in addApp's answer. */
+export interface App {
+  name: string;
+  types: string[];
+  readOnly: boolean;
+  createdAt: string;
+  token?: string;
 }
 
 export interface SyncEvent {
@@ -118,6 +140,8 @@ export interface SyncEvent {
   errorCode?: string;
   mergedInto?: string;
   data?: Record<string, unknown>;
+  /** operation.state: the app that made the operation. */
+  app?: string;
 }
 
 export interface BatchWrite {
@@ -138,14 +162,15 @@ export const members = {
   Operation: ["id", "seq", "accountId", "operationType", "entityType", "entityId", "payloadVersion", "payload",
     "payloadFingerprint", "state", "attemptCount", "nextAttemptAt", "leaseOwner", "leaseExpiresAt", "lastErrorCode",
     "lastError", "createdAt", "completedAt", "userRetriedAt", "requestFingerprint", "declined", "remoteKey",
-    "maybeApplied", "mergedInto", "after"],
+    "maybeApplied", "mergedInto", "after", "app"],
   PullStatus: ["mode", "state", "lastPullAt", "received", "bootstrapReceived", "lastError"],
   RemoteProblem: ["code", "kind", "seen", "fix", "since", "nextCheckAt"],
   Status: ["accountId", "signedIn", "online", "paused", "pauseReason", "remoteProblem", "counts",
     "oldestPendingAgeSeconds", "accountCounts", "accountOldestPendingAgeSeconds", "fileSizeBytes", "freeBytes",
-    "queuedBytes", "maxQueueBytes", "queueFull", "lastEventSeq", "pull"],
+    "queuedBytes", "maxQueueBytes", "queueFull", "lastEventSeq", "pull", "apps", "app"],
   Event: ["seq", "time", "type", "accountId", "entityType", "entityId", "operationId", "state", "syncState",
-    "errorCode", "mergedInto", "data"],
+    "errorCode", "mergedInto", "data", "app"],
+  App: ["name", "types", "readOnly", "createdAt", "token"],
   BatchWrite: ["op", "type", "id", "data", "idempotencyKey"],
 } as const;
 
@@ -154,7 +179,8 @@ export const errorCodes = [
   "unauthorized", "forbidden_host", "forbidden_origin", "not_found", "unknown_entity_type", "method_not_allowed",
   "request_timeout", "body_too_large", "unsupported_media_type", "invalid_json", "invalid_request", "no_session",
   "entity_exists", "illegal_transition", "not_purgeable", "no_conflict", "purge_in_progress", "idempotency_key_reused",
-  "upgrade_required", "internal", "shutting_down", "too_many_subscribers", "storage_full",
+  "upgrade_required", "internal", "shutting_down", "too_many_subscribers", "storage_full", "admin_required", "read_only",
+  "type_not_granted", "app_exists",
 ] as const;
 
 export type ErrorCode = (typeof errorCodes)[number];

@@ -1,0 +1,60 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import WebSocket from "ws";
+import { SyncdClient, SyncdError, type SyncEvent, type WebSocketConstructor } from "../src/index.js";
+import { startDaemon, type Daemon } from "./daemon.js";
+
+const WS = WebSocket as unknown as WebSocketConstructor;
+
+describe("app tokens against a real daemon", () => {
+  let d: Daemon;
+  let admin: SyncdClient;
+  before(async () => {
+    d = await startDaemon();
+    admin = new SyncdClient({ addr: d.addr, token: d.token, WebSocket: WS });
+    await admin.setSession("alice", "alice.dev");
+  });
+  after(async () => {
+    await d.stop();
+  });
+
+  it("scopes an app to its types, records it, and ends its stream when it is removed", async () => {
+    const made = await admin.addApp("notes", ["note"]);
+    assert.match(made.token ?? "", /^syncd_app_[0-9a-f]{64}$/);
+    assert.deepEqual((await admin.apps()).map((a) => [a.name, a.token]), [["notes", undefined]]);
+    const app = new SyncdClient({ addr: d.addr, token: made.token!, WebSocket: WS });
+
+    const sub = app.subscribe({ since: 0 });
+    const it = sub[Symbol.asyncIterator]();
+    const n = await app.create("note", { title: "mine" }, { id: "n1" });
+    await assert.rejects(app.create("task", {}, { id: "t1" }), (err: unknown) => err instanceof SyncdError && err.code === "type_not_granted");
+    await assert.rejects(app.setSession("mallory", "x"), (err: unknown) => err instanceof SyncdError && err.code === "admin_required");
+    assert.equal((await admin.operation(n.operationId!)).app, "notes");
+    const st = await app.status();
+    assert.deepEqual(st.app, { name: "notes", types: ["note"], readOnly: false });
+    assert.equal(st.apps, undefined);
+
+    let seen: SyncEvent | undefined;
+    for (;;) {
+      const r = await it.next();
+      assert.equal(r.done, false);
+      if (r.value.type === "operation.state" && r.value.entityId === "n1") {
+        seen = r.value;
+        break;
+      }
+    }
+    assert.equal(seen?.app, "notes");
+
+    await admin.removeApp("notes");
+    // Events delivered before the revocation are still handed out; then
+    // the iterator throws, and nothing reconnects.
+    await assert.rejects(
+      (async () => {
+        for (;;) await it.next();
+      })(),
+      (err: unknown) => err instanceof SyncdError && err.code === "token_revoked",
+    );
+    await assert.rejects(app.get("note", "n1"), (err: unknown) => err instanceof SyncdError && err.code === "unauthorized");
+    sub.close();
+  });
+});

@@ -5,8 +5,10 @@
 //
 // It owns the API's security (one guard in front of every route: loopback
 // Host names only, an Origin allowlist, a bearer token compared in
-// constant time, a body size limit, security headers on every response,
-// a recover that answers a handler's panic with 500 internal), the
+// constant time, a body size limit, each route's scope, security headers
+// on every response, a recover that answers a handler's panic with 500
+// internal), the two kinds of token (the admin token, and app tokens
+// scoped to entity types and maybe read-only: apps.go), the
 // connection limits (header, body, write and idle timeouts; a bound on
 // connections that have not authenticated; see limits.go),
 // strict request parsing, the app's Idempotency-Key, and the error shape

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/syncd/syncd/config"
+	"github.com/syncd/syncd/localapi"
 )
 
 // env is a fake environment.
@@ -254,7 +255,7 @@ func TestPrintConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	l2.Settings.Remote = l.Settings.Remote
-	if a, b := l.Settings, l2.Settings; !slices.Equal(a.AllowedOrigins, b.AllowedOrigins) || a.DataDir != b.DataDir || a.MaxBodyBytes != b.MaxBodyBytes || a.RequestTimeout != b.RequestTimeout {
+	if a, b := l.Settings, l2.Settings; !slices.Equal(a.AllowedOrigins, b.AllowedOrigins) || a.DataDir != b.DataDir || a.Socket != b.Socket || a.MaxBodyBytes != b.MaxBodyBytes || a.RequestTimeout != b.RequestTimeout {
 		t.Errorf("round trip:\n%+v\n%+v", a, b)
 	}
 }
@@ -262,7 +263,7 @@ func TestPrintConfig(t *testing.T) {
 func TestArgs(t *testing.T) {
 	t.Parallel()
 	fs, f := config.NewFlagSet("install", nil)
-	if err := fs.Parse([]string{"--data-dir", "rel/data", "--listen=127.0.0.1:9", "--force-listen", "--print-config", "--config", "c.json"}); err != nil {
+	if err := fs.Parse([]string{"--data-dir", "rel/data", "--listen=127.0.0.1:9", "--force-listen", "--socket", "run/s.sock", "--socket=off", "--print-config", "--config", "c.json"}); err != nil {
 		t.Fatal(err)
 	}
 	args, err := f.Args()
@@ -275,6 +276,8 @@ func TestArgs(t *testing.T) {
 		"--data-dir=" + filepath.Join(wd, "rel", "data"),
 		"--listen=127.0.0.1:9",
 		"--force-listen=true",
+		"--socket=" + filepath.Join(wd, "run", "s.sock"),
+		"--socket=off", // a word, not a path
 	}
 	if !slices.Equal(args, want) {
 		t.Errorf("Args = %q, want %q", args, want)
@@ -324,5 +327,55 @@ func TestMkdirPrivate(t *testing.T) {
 	}
 	if err := config.MkdirPrivate(dir); err == nil {
 		t.Error("a world-writable data directory was accepted")
+	}
+}
+
+// The socket defaults to syncd.sock in the data directory finally
+// chosen (off where the OS has no socket listener); off turns it off; a
+// path is made absolute and checked.
+func TestSocketSetting(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	dataDir := filepath.Join(t.TempDir(), "data")
+	l, err := load(t, nil, env{"HOME": home, "SYNCD_DATA_DIR": dataDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !localapi.UnixSocketSupported {
+		if l.Settings.Socket != config.SocketOff {
+			t.Errorf("default socket %q, want off here", l.Settings.Socket)
+		}
+		if _, err := load(t, []string{"--socket", filepath.Join(home, "s.sock")}, env{"HOME": home}); !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "socket") {
+			t.Errorf("a socket set here: err = %v, want ErrInvalid naming socket", err)
+		}
+		return
+	}
+	if want := filepath.Join(dataDir, localapi.SocketFileName); l.Settings.Socket != want || !l.Settings.SocketIsDefault() {
+		t.Errorf("default socket %q (default %v), want %q", l.Settings.Socket, l.Settings.SocketIsDefault(), want)
+	}
+	// A data directory too deep for a socket is no error: syncd run
+	// skips the default socket, warning.
+	deep := filepath.Join(t.TempDir(), strings.Repeat("d", 120))
+	if l, err := load(t, nil, env{"HOME": home, "SYNCD_DATA_DIR": deep}); err != nil || !l.Settings.SocketIsDefault() {
+		t.Errorf("a deep data directory: %v, default %v", err, l.Settings.SocketIsDefault())
+	}
+	file := writeFile(t, t.TempDir(), "c.json", `{"socket": "off"}`)
+	if l, err := load(t, nil, env{"HOME": home, config.EnvConfig: file}); err != nil || l.Settings.Socket != config.SocketOff {
+		t.Errorf("socket off in the file: %q, %v", l.Settings.Socket, err)
+	}
+	if l, err := load(t, nil, env{"HOME": home, "SYNCD_SOCKET": "/run/user/1000/syncd.sock"}); err != nil || l.Settings.Socket != "/run/user/1000/syncd.sock" || l.Settings.SocketIsDefault() {
+		t.Errorf("SYNCD_SOCKET: %q, %v", l.Settings.Socket, err)
+	}
+	wd, _ := os.Getwd()
+	if l, err := load(t, []string{"--socket", "rel/s.sock"}, env{"HOME": home}); err != nil || l.Settings.Socket != filepath.Join(wd, "rel", "s.sock") {
+		t.Errorf("relative --socket: %q, %v", l.Settings.Socket, err)
+	}
+	long := "/" + strings.Repeat("s", 200)
+	if _, err := load(t, []string{"--socket", long}, env{"HOME": home}); !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "socket") || !strings.Contains(err.Error(), `"off"`) {
+		t.Errorf("too long a socket path: err = %v, want ErrInvalid naming socket and off", err)
+	}
+	// A scratch daemon (syncd bench) has none.
+	if s, err := config.Scratch(dataDir); err != nil || s.Socket != config.SocketOff {
+		t.Errorf("Scratch socket %q, %v", s.Socket, err)
 	}
 }

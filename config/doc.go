@@ -9,6 +9,9 @@
 // strings ("30s", "24h"). Every setting has a flag (--data-dir) and an
 // environment variable (SYNCD_DATA_DIR); list settings take a
 // comma-separated value in the environment and may repeat as flags.
+// Some defaults follow another setting's final value: socket is
+// syncd.sock in the dataDir chosen (or "off" where the OS has no Unix
+// socket listener), maxBodyBytes is maxDataBytes plus 64 KiB.
 //
 // The package does not run anything: cmd/syncd turns Settings into the
 // queue, daemon and localapi Configs.

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/syncd/syncd/localapi"
 )
 
 // setting describes one field of Settings to every source: the config
@@ -33,6 +35,7 @@ var table = []setting{
 	{"dataDir", "data-dir", "data directory: the queue file syncd.db and the API token api-token", true, func(s *Settings) any { return &s.DataDir }},
 	{"listen", "listen", "address of the local API (loopback unless force-listen)", false, func(s *Settings) any { return &s.Listen }},
 	{"forceListen", "force-listen", "allow a listen address that is not loopback", false, func(s *Settings) any { return &s.ForceListen }},
+	{"socket", "socket", "path of the local API's Unix socket, served to this user's processes only, or " + SocketOff + " (default: DATA_DIR/" + localapi.SocketFileName + " on Linux and macOS, " + SocketOff + " on Windows)", true, func(s *Settings) any { return &s.Socket }},
 	{"allowedHosts", "allowed-host", "a Host name or address the local API accepts besides loopback names, for a forced listen reached by a LAN name (repeatable, or comma-separated)", false, func(s *Settings) any { return &s.AllowedHosts }},
 	{"remote", "remote", "base URL of the app's server (empty: the embedded reference server)", false, func(s *Settings) any { return &s.Remote }},
 	{"allowedOrigins", "allowed-origin", "a browser origin allowed to call the API, e.g. http://localhost:3000 (repeatable, or comma-separated)", false, func(s *Settings) any { return &s.AllowedOrigins }},
@@ -243,7 +246,7 @@ func (f *Flags) Args() ([]string, error) {
 	}
 	for _, g := range f.given {
 		text := g.text
-		if g.s.path && text != "" {
+		if g.s.path && text != "" && !(g.s.key == "socket" && text == SocketOff) {
 			p, err := filepath.Abs(text)
 			if err != nil {
 				return nil, fmt.Errorf("config: --%s: %w", g.s.flag, err)

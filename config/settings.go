@@ -30,6 +30,9 @@ const (
 	DefaultShutdownTimeout = 5 * time.Second
 	// FileName is the config file's name in the per-OS config directory.
 	FileName = "syncd.json"
+	// SocketOff, as the socket setting, serves the local API on Listen
+	// only, without a Unix socket.
+	SocketOff = "off"
 	// bodyOverhead is what a request body may carry beyond the entity's
 	// data (the JSON envelope): MaxBodyBytes defaults to MaxDataBytes
 	// plus this.
@@ -46,6 +49,16 @@ type Settings struct {
 	Listen string `json:"listen"`
 	// ForceListen allows a Listen address that is not loopback.
 	ForceListen bool `json:"forceListen"`
+	// Socket is the path of the local API's Unix socket, served beside
+	// Listen to processes of the daemon's own user (localapi.ListenUnix),
+	// or SocketOff. Default: DataDir/syncd.sock on Linux and macOS; off
+	// on Windows, where any other value is an error.
+	Socket string `json:"socket"`
+	// socketDefault says that Socket is the default, not a choice: a
+	// default socket that cannot be made (the data directory is open to
+	// other users, or its path is too long) is skipped with a warning,
+	// while a chosen one stops syncd run.
+	socketDefault bool
 	// AllowedHosts are Host names (or addresses) the local API accepts
 	// besides the loopback names: the names clients use to reach a
 	// forced Listen address, such as the machine's LAN name.
@@ -109,7 +122,8 @@ type Settings struct {
 
 // Defaults are the built-in settings for a scope (system or user), the
 // lowest layer of the precedence. DataDir is empty if the scope has no
-// default location here.
+// default location here. Socket is empty: its default follows the
+// DataDir finally chosen.
 func Defaults(scope Scope, getenv func(string) string) Settings {
 	p, _ := DefaultPaths(scope, getenv)
 	return Settings{
@@ -133,11 +147,11 @@ func Defaults(scope Scope, getenv func(string) string) Settings {
 
 // Scratch is the built-in settings for a self-contained daemon in
 // dataDir, as `syncd bench` runs one: no config file or environment,
-// the local API on a free loopback port, syncing to the embedded
-// reference server.
+// the local API on a free loopback port and no Unix socket, syncing to
+// the embedded reference server.
 func Scratch(dataDir string) (Settings, error) {
 	s := Defaults(User, func(string) string { return "" })
-	s.DataDir, s.Listen = dataDir, "127.0.0.1:0"
+	s.DataDir, s.Listen, s.Socket = dataDir, "127.0.0.1:0", SocketOff
 	return s, s.finish()
 }
 
@@ -165,6 +179,9 @@ func (s *Settings) finish() error {
 	s.DataDir = abs
 	if err := localapi.CheckListenAddr(s.Listen, s.ForceListen); err != nil {
 		return fmt.Errorf("%w: listen: %v (add --force-listen, or forceListen: true in the config file, to serve on it anyway)", ErrInvalid, err)
+	}
+	if err := s.finishSocket(); err != nil {
+		return err
 	}
 	if s.Remote != "" {
 		u, err := url.Parse(s.Remote)
@@ -249,6 +266,38 @@ func (s *Settings) finish() error {
 	}
 	return ValidServiceName(s.ServiceName)
 }
+
+// finishSocket fills the socket's default (in DataDir, or off where the
+// OS has no socket listener), makes a path absolute, and checks that it
+// can name a socket here.
+func (s *Settings) finishSocket() error {
+	switch {
+	case s.Socket == SocketOff:
+		return nil
+	case s.Socket == "" && !localapi.UnixSocketSupported:
+		s.Socket = SocketOff
+		return nil
+	case s.Socket == "":
+		s.Socket, s.socketDefault = filepath.Join(s.DataDir, localapi.SocketFileName), true
+		return nil // syncd run skips it, warning, if it cannot be used
+	default:
+		abs, err := filepath.Abs(s.Socket)
+		if err != nil {
+			return fmt.Errorf("%w: socket %q: %v", ErrInvalid, s.Socket, err)
+		}
+		s.Socket = abs
+	}
+	if err := localapi.CheckSocketPath(s.Socket); err != nil {
+		return fmt.Errorf("%w: socket: %v (set socket to %q to serve on listen only)", ErrInvalid, err, SocketOff)
+	}
+	return nil
+}
+
+// SocketIsDefault reports whether Socket is the default one
+// (DataDir/syncd.sock), which syncd run skips with a warning when it
+// cannot be made, rather than one set in the config, a flag or the
+// environment, which it must serve.
+func (s *Settings) SocketIsDefault() bool { return s.socketDefault }
 
 // hostRE is a DNS name: letters, digits, '-' and '.'.
 var hostRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$`)

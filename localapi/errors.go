@@ -26,6 +26,17 @@ var (
 	// ErrTokenFileInvalid is returned by LoadOrCreateToken when the token
 	// file does not hold a token.
 	ErrTokenFileInvalid = errors.New("localapi: API token file is malformed")
+	// ErrUnixSocketUnsupported is returned by ListenUnix and
+	// CheckSocketPath on an OS without the socket listener (Windows).
+	ErrUnixSocketUnsupported = errors.New("localapi: no Unix socket listener")
+	// ErrSocketPath is returned by ListenUnix and CheckSocketPath for a
+	// socket path that cannot be used: too long, a file that is not a
+	// socket, or a socket another process listens on.
+	ErrSocketPath = errors.New("localapi: unusable Unix socket path")
+	// ErrSocketDirMode is returned by ListenUnix when the socket's
+	// directory is open to other users (group or other permission bits)
+	// or belongs to another user.
+	ErrSocketDirMode = errors.New("localapi: Unix socket directory is not private")
 )
 
 // The error codes of the API: the "code" of {"error":{"code","message"}}.

@@ -232,8 +232,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	// during Upgrade; it is closed here, so it is forgotten here too.
 	defer s.hijacked.forget(hw.conn.Conn)
 	defer conn.Close()
-	if tc, ok := hw.conn.Conn.(*net.TCPConn); ok {
-		_ = tc.SetWriteBuffer(s.eventSocketBuffer)
+	// TCP or the Unix socket (*PeerConn): both bound the send buffer.
+	if bc, ok := hw.conn.Conn.(interface{ SetWriteBuffer(int) error }); ok {
+		_ = bc.SetWriteBuffer(s.eventSocketBuffer)
 	}
 	s.stream(conn, hw.conn, sub, revoked)
 }

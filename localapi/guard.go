@@ -31,7 +31,8 @@ const (
 )
 
 // guard is the one wrapper in front of every route. In order: security
-// headers; Host must be a loopback name (DNS rebinding); Origin must be
+// headers; Host must be a loopback name (DNS rebinding; TCP only, see
+// fromUnixSocket); Origin must be
 // absent or allowed (cross-site requests), with CORS preflights answered
 // for allowed origins; the bearer token, the admin token or an app's;
 // the body size limit; the route's scope (an app token gets 403 on the
@@ -49,7 +50,9 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 		for _, kv := range securityHeaders {
 			h.Set(kv[0], kv[1])
 		}
-		if !s.allowedHost(r.Host) {
+		// No browser can reach the Unix socket, whose peer the kernel
+		// has shown to be this user: DNS rebinding needs TCP.
+		if !fromUnixSocket(r) && !s.allowedHost(r.Host) {
 			s.gate.refuseUnauth(w, r)
 			writeError(w, http.StatusForbidden, CodeForbiddenHost, "Host "+quoteHeader(r.Host)+" is not a loopback name")
 			return

@@ -341,13 +341,19 @@ func (s *Server) routes() *http.ServeMux {
 // Handler returns the API's handler: the guard and the routes.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Run serves the API on ln until ctx ends, then closes the listener,
-// waits up to DefaultShutdownTimeout for requests in flight, sends every
-// event subscriber a 1001 going-away close frame, closes the hijacked
-// connections (WebSockets) that remain, which http.Server.Shutdown does
-// not wait for, and waits for their handlers. It returns nil after a
-// shutdown caused by ctx.
-func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+// Run serves the API on every listener of lns (the loopback TCP one,
+// the Unix socket of ListenUnix, or both) with one http.Server until ctx
+// ends, then closes the listeners, waits up to DefaultShutdownTimeout for
+// requests in flight, sends every event subscriber a 1001 going-away
+// close frame, closes the hijacked connections (WebSockets) that remain,
+// which http.Server.Shutdown does not wait for, and waits for their
+// handlers. It returns nil after a shutdown caused by ctx. When serving
+// one listener fails, Run shuts them all down the same way and returns
+// that error.
+func (s *Server) Run(ctx context.Context, lns ...net.Listener) error {
+	if len(lns) == 0 {
+		return errors.New("localapi: Run needs a listener")
+	}
 	s.runMu.Lock()
 	if s.running {
 		s.runMu.Unlock()
@@ -378,24 +384,32 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 			}
 		},
 	}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	served := make(chan error, len(lns))
+	for _, ln := range lns {
+		go func() { served <- hs.Serve(ln) }()
+	}
 
+	running := len(lns)
+	var serveErr error
 	select {
-	case err := <-served:
-		s.closeStreams()
-		return fmt.Errorf("localapi: serve: %w", err)
+	case serveErr = <-served:
+		running-- // that Serve has closed its listener; stop the others
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultShutdownTimeout)
 	defer cancel()
-	err := hs.Shutdown(sctx) // closes ln
+	err := hs.Shutdown(sctx) // closes every listener
 	s.closeStreams()
 	if err != nil {
 		s.logger.Warn("localapi: requests still running at shutdown; closing them", "err", err)
 		hs.Close()
 	}
-	<-served // http.ErrServerClosed
+	for range running {
+		<-served // http.ErrServerClosed
+	}
+	if serveErr != nil {
+		return fmt.Errorf("localapi: serve: %w", serveErr)
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -28,13 +29,15 @@ const (
 // clientFlags are the flags every client command shares.
 type clientFlags struct {
 	addr       string
+	socket     string // after resolve: the socket to dial, "" for addr
 	dataDir    string
 	tokenFile  string
 	configFile string
 }
 
 func (cf *clientFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&cf.addr, "addr", "", "address of syncd's local API (env SYNCD_ADDR; default: listen from the config file, else "+localapi.DefaultListenAddr+")")
+	fs.StringVar(&cf.addr, "addr", "", "address of syncd's local API (env SYNCD_ADDR; default: listen from the config file, else "+localapi.DefaultListenAddr+"); given, it is dialled instead of the socket")
+	fs.StringVar(&cf.socket, "socket", "", "syncd's Unix socket, dialled instead of the address (default: socket from the config file, when that socket exists; "+config.SocketOff+": dial the address)")
 	fs.StringVar(&cf.dataDir, "data-dir", "", "syncd's data directory, where the API token is (env SYNCD_DATA_DIR; default: dataDir from the config file, else the per-OS default)")
 	fs.StringVar(&cf.tokenFile, "token-file", "", "file holding the API token (default DATA_DIR/"+localapi.TokenFileName+")")
 	fs.StringVar(&cf.configFile, "config", "", "syncd's config file, read for listen and dataDir (env "+config.EnvConfig+"; default: the per-OS config file if it exists)")
@@ -44,11 +47,20 @@ func (cf *clientFlags) register(fs *flag.FlagSet) {
 // settings: the config file and the SYNCD_* variables over the defaults,
 // so a client finds the daemon that the same config runs. SYNCD_ADDR
 // (the address to dial) wins over the config's listen address.
+//
+// The client dials the Unix socket named by --socket; else, unless an
+// address was given (--addr or SYNCD_ADDR), the config's socket when it
+// exists; else the address.
 func (cf *clientFlags) resolve(getenv func(string) string) error {
+	socketGiven := cf.socket != ""
+	if cf.socket == config.SocketOff {
+		cf.socket = ""
+	}
 	if cf.addr == "" {
 		cf.addr = getenv("SYNCD_ADDR")
 	}
-	if cf.addr != "" && (cf.dataDir != "" || cf.tokenFile != "") && cf.configFile == "" {
+	addrGiven := cf.addr != ""
+	if addrGiven && (cf.dataDir != "" || cf.tokenFile != "") && cf.configFile == "" {
 		return nil // nothing left to look up
 	}
 	l, err := config.ResolveFile(cf.configFile, config.DefaultScope(), func(name string) string {
@@ -71,7 +83,19 @@ func (cf *clientFlags) resolve(getenv func(string) string) error {
 	if cf.dataDir == "" {
 		cf.dataDir = l.Settings.DataDir
 	}
+	if !socketGiven && !addrGiven && isSocket(l.Settings.Socket) {
+		cf.socket = l.Settings.Socket
+	}
 	return nil
+}
+
+// isSocket reports whether path names a socket this process can see.
+func isSocket(path string) bool {
+	if path == config.SocketOff {
+		return false
+	}
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().Type() == fs.ModeSocket
 }
 
 // dialAddr is the address a client on this machine dials to reach a
@@ -102,7 +126,7 @@ func (cf *clientFlags) client() (*client.Client, error) {
 	if err != nil {
 		return nil, &exitError{code: exitUnreachable, err: fmt.Errorf("cannot read the API token (is syncd running with this --data-dir?): %w", err)}
 	}
-	return client.New(client.Config{Addr: cf.addr, Token: string(trimSpace(b))})
+	return client.New(client.Config{Addr: cf.addr, Socket: cf.socket, Token: string(trimSpace(b))})
 }
 
 func trimSpace(b []byte) []byte {

@@ -442,7 +442,7 @@ func TestCLIConfigFile(t *testing.T) {
 
 // clearEnv unsets the variables the client commands read, for this test.
 func clearEnv(t *testing.T) {
-	for _, name := range []string{"SYNCD_CONFIG", "SYNCD_ADDR", "SYNCD_LISTEN", "SYNCD_DATA_DIR"} {
+	for _, name := range []string{"SYNCD_CONFIG", "SYNCD_ADDR", "SYNCD_LISTEN", "SYNCD_DATA_DIR", "SYNCD_SOCKET"} {
 		t.Setenv(name, "")
 	}
 }

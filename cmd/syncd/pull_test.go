@@ -62,7 +62,7 @@ func TestBootstrapSurvivesSIGKILL(t *testing.T) {
 		res.Body.Close()
 	}
 
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "data") // syncd makes it 0700, as its socket needs
 	p := startRun(t, dir, "--remote", hs.URL, "--pull", "on")
 	if code, _ := p.call(t, "PUT", "/v1/session", `{"accountId":"alice","accessToken":"alice.B"}`); code != 200 {
 		t.Fatalf("session: %d", code)

@@ -187,12 +187,30 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
+	lns := []net.Listener{ln}
 	fmt.Fprintf(stdout, "syncd: listening on http://%s\n", ln.Addr())
+	if rc.Socket != config.SocketOff {
+		// The same API, token and all, for this user's processes only.
+		uln, err := localapi.ListenUnix(rc.Socket, logger)
+		switch {
+		case err != nil && rc.SocketIsDefault():
+			// A data directory made by hand with mode 0755, or one too
+			// deep for a socket's path: the apps keep the TCP listener,
+			// and the log says how to get the socket.
+			logger.Warn("run: no Unix socket; the local API is served on listen only", "socket", rc.Socket, "err", err)
+		case err != nil:
+			ln.Close()
+			return fmt.Errorf("run: %w (or set socket to %s to serve on listen only)", err, config.SocketOff)
+		default:
+			lns = append(lns, uln)
+			fmt.Fprintf(stdout, "syncd: listening on unix:%s\n", rc.Socket)
+		}
+	}
 	fmt.Fprintf(stdout, "syncd: API token in %s\n", tokenPath)
 	if listening != nil {
 		listening(ln.Addr().String())
 	}
-	if err := srv.Run(ctx, ln); err != nil {
+	if err := srv.Run(ctx, lns...); err != nil {
 		return err
 	}
 	bus.Close() // the API has stopped: no subscriber is left

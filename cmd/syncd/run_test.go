@@ -61,6 +61,7 @@ func TestMain(m *testing.M) {
 type daemonProc struct {
 	cmd    *exec.Cmd
 	url    string
+	socket string // the Unix socket's path; "" without one
 	token  string
 	stdout *bufio.Scanner
 	stderr *strings.Builder
@@ -95,7 +96,11 @@ func startRun(t *testing.T, dataDir string, extra ...string) *daemonProc {
 	for tokenPath == "" && p.stdout.Scan() {
 		line := p.stdout.Text()
 		if u, ok := strings.CutPrefix(line, "syncd: listening on "); ok {
-			p.url = u
+			if path, ok := strings.CutPrefix(u, "unix:"); ok {
+				p.socket = path
+			} else {
+				p.url = u
+			}
 		}
 		if tp, ok := strings.CutPrefix(line, "syncd: API token in "); ok {
 			tokenPath = tp

@@ -1,6 +1,8 @@
 // Package client is the Go client apps use to talk to syncd's local API:
 // entity writes and reads, the operation queue, status, the session, and
-// a live event subscription that resumes by itself after a reconnect.
+// a live event subscription that resumes by itself after a reconnect. It
+// reaches syncd over loopback TCP (Config.Addr) or, on Linux and macOS,
+// over syncd's Unix socket (Config.Socket).
 //
 // It has no dependency on syncd's storage: an app links this package and
 // gorilla/websocket, nothing else of syncd.
@@ -13,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -24,6 +27,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
 )
 
 // DefaultAddr is where syncd listens unless configured otherwise.
@@ -31,13 +35,24 @@ const DefaultAddr = "127.0.0.1:7419"
 
 // Config configures a Client.
 type Config struct {
-	// Addr is syncd's host:port. Default DefaultAddr.
+	// Addr is syncd's host:port. Default DefaultAddr. Unused with
+	// Socket.
 	Addr string
+	// Socket, when set, is the path of syncd's Unix socket (its socket
+	// setting; by default syncd.sock in its data directory on Linux and
+	// macOS): every request and the event stream go over it instead of
+	// TCP, with Host "localhost". syncd serves the socket to processes
+	// of its own user only, and still wants the token.
+	Socket string
 	// Token is the API token (the api-token file in syncd's data dir).
 	Token string
 	// HTTPClient. Default: a client with a 30s timeout that keeps up to
 	// DefaultMaxIdleConns connections to syncd open for reuse, in a pool
-	// that every Client made without an HTTPClient shares.
+	// that every Client made without an HTTPClient shares (one pool per
+	// socket with Socket). With Socket, the Client uses a copy of
+	// HTTPClient whose Transport, which must be nil or an
+	// *http.Transport, is cloned to dial the socket: close its idle
+	// connections with Client.CloseIdleConnections.
 	HTTPClient *http.Client
 }
 
@@ -62,26 +77,99 @@ var defaultTransport = sync.OnceValue(func() http.RoundTripper {
 // per host would.
 const DefaultMaxIdleConns = 16
 
+// socketTransports are the connection pools of the Clients made with a
+// Socket and no HTTPClient, one per socket path.
+var socketTransports sync.Map // path → *http.Transport
+
+// socketTransport returns the shared pool of the socket at path.
+func socketTransport(path string) http.RoundTripper {
+	if t, ok := socketTransports.Load(path); ok {
+		return t.(*http.Transport)
+	}
+	t, _ := socketTransports.LoadOrStore(path, dialingSocket(newDefaultTransport(), path))
+	return t.(*http.Transport)
+}
+
+// newDefaultTransport is net/http's default transport, cloned, keeping
+// DefaultMaxIdleConns idle connections (a bare one if an app replaced
+// http.DefaultTransport with another kind).
+func newDefaultTransport() *http.Transport {
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		t = &http.Transport{}
+	}
+	t = t.Clone()
+	t.MaxIdleConnsPerHost = DefaultMaxIdleConns
+	return t
+}
+
+// dialingSocket makes t (modified in place) dial the Unix socket at
+// path for every request, with no proxy.
+func dialingSocket(t *http.Transport, path string) *http.Transport {
+	t.Proxy = nil
+	t.DialTLSContext = nil
+	t.DialContext = socketDialer(path)
+	return t
+}
+
+// socketDialer dials the Unix socket at path whatever the address.
+func socketDialer(path string) func(ctx context.Context, _, _ string) (net.Conn, error) {
+	return func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}
+}
+
 // Client talks to one syncd. It is safe for concurrent use.
 type Client struct {
-	base  string
-	addr  string
-	token string
-	hc    *http.Client
+	base   string
+	addr   string
+	token  string
+	hc     *http.Client
+	dialer *websocket.Dialer // the event stream's
 }
 
 // New returns a Client.
 func New(cfg Config) (*Client, error) {
-	if cfg.Addr == "" {
-		cfg.Addr = DefaultAddr
-	}
 	if cfg.Token == "" {
 		return nil, errors.New("client: no API token")
+	}
+	if cfg.Socket != "" {
+		return newSocketClient(cfg)
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: defaultTransport()}
 	}
-	return &Client{base: "http://" + cfg.Addr, addr: cfg.Addr, token: cfg.Token, hc: cfg.HTTPClient}, nil
+	return &Client{base: "http://" + cfg.Addr, addr: cfg.Addr, token: cfg.Token, hc: cfg.HTTPClient, dialer: websocket.DefaultDialer}, nil
+}
+
+// socketHost is the Host of the requests over a Unix socket.
+const socketHost = "localhost"
+
+// newSocketClient is New for a Config with a Socket.
+func newSocketClient(cfg Config) (*Client, error) {
+	var hc *http.Client
+	if cfg.HTTPClient == nil {
+		hc = &http.Client{Timeout: 30 * time.Second, Transport: socketTransport(cfg.Socket)}
+	} else {
+		c := *cfg.HTTPClient
+		switch t := c.Transport.(type) {
+		case nil:
+			c.Transport = dialingSocket(newDefaultTransport(), cfg.Socket)
+		case *http.Transport:
+			c.Transport = dialingSocket(t.Clone(), cfg.Socket)
+		default:
+			return nil, fmt.Errorf("client: Config.Socket: HTTPClient.Transport is a %T; give an *http.Transport, or none, for the client to dial the socket", t)
+		}
+		hc = &c
+	}
+	dialer := *websocket.DefaultDialer
+	dialer.Proxy = nil
+	dialer.NetDialContext = socketDialer(cfg.Socket)
+	return &Client{base: "http://" + socketHost, addr: socketHost, token: cfg.Token, hc: hc, dialer: &dialer}, nil
 }
 
 // CloseIdleConnections closes the idle kept-alive connections of the

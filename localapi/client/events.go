@@ -103,7 +103,7 @@ func (s *Subscription) dial(ctx context.Context) (*websocket.Conn, error) {
 	}
 	u := "ws://" + s.c.addr + "/v1/events?" + q.Encode()
 	h := http.Header{"Authorization": {"Bearer " + s.c.token}}
-	conn, resp, err := websocket.DefaultDialer.DialContext(ctx, u, h)
+	conn, resp, err := s.c.dialer.DialContext(ctx, u, h)
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 400 {
 			var e struct {

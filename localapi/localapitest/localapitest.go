@@ -2,7 +2,8 @@
 // its Go client and the command line: a bbolt queue in a temporary
 // directory, the event bus fed by its commits, a daemon (draining to the
 // reference remote server on loopback when asked), and the server
-// running on a loopback listener with Run, as `syncd run` does.
+// running on a loopback listener (and a Unix socket when asked) with Run,
+// as `syncd run` does.
 package localapitest
 
 import (
@@ -11,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -51,6 +53,9 @@ type Options struct {
 	// daemon starts, as a data file from an earlier run holds it: it is
 	// not checked as PUT /v1/session would check it.
 	StoredSession *queue.Session
+	// UnixSocket serves the API on a Unix socket too (localapi.ListenUnix;
+	// Linux and macOS), at Env.Socket.
+	UnixSocket bool
 }
 
 // Env is a running API.
@@ -62,6 +67,10 @@ type Env struct {
 	// Addr is the API's host:port on 127.0.0.1; URL is http://Addr.
 	Addr string
 	URL  string
+	// Socket is the path of the API's Unix socket (Options.UnixSocket
+	// only), in a directory of its own that Stop leaves behind and
+	// t.Cleanup removes.
+	Socket string
 	// Remote is the reference server the daemon drains to (Drain only).
 	Remote *remote.Server
 
@@ -168,9 +177,27 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	e.Addr = ln.Addr().String()
 	e.URL = "http://" + e.Addr
+	lns := []net.Listener{ln}
+	if o.UnixSocket {
+		// Not t.TempDir: its path, with the test's name in it, may pass
+		// the 103 bytes a socket path may have on macOS.
+		dir, err := os.MkdirTemp("", "syncd")
+		if err != nil {
+			ln.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		e.Socket = filepath.Join(dir, localapi.SocketFileName)
+		uln, err := localapi.ListenUnix(e.Socket, logger)
+		if err != nil {
+			ln.Close()
+			t.Fatal(err)
+		}
+		lns = append(lns, uln)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel, e.ran = cancel, make(chan error, 1)
-	go func() { e.ran <- srv.Run(ctx, ln) }()
+	go func() { e.ran <- srv.Run(ctx, lns...) }()
 	t.Cleanup(func() {
 		if err := e.Stop(); err != nil {
 			t.Errorf("localapi Run: %v", err)

@@ -37,6 +37,13 @@ export interface ClientOptions {
   /** The daemon's address, host:port (default 127.0.0.1:7419), or a base URL. */
   addr?: string;
   /**
+   * Node only: reach the daemon over its Unix socket at this path instead
+   * of TCP. Requests then need a fetch that can dial it (pass
+   * `unixFetch(socketPath)` from `@syncd/client/node`, which `connect()`
+   * does) and subscribe the `ws` package (it dials `ws+unix:` URLs).
+   */
+  socketPath?: string;
+  /**
    * The API token: an app token (from `syncd apps add`, scoped to the
    * app's entity types), or the admin token (the data directory's
    * api-token file), which opens everything.
@@ -90,10 +97,15 @@ export class SyncdClient {
   private readonly tokenInSubprotocol: boolean;
   private readonly retries: number;
   private readonly retryDelayMs: number;
+  private readonly socketPath: string | undefined;
 
   constructor(opts: ClientOptions) {
-    if (!opts.token) throw new TypeError("syncd: a token is required (the data directory's api-token)");
-    const addr = opts.addr ?? DEFAULT_ADDR;
+    if (!opts.token) throw new TypeError("syncd: a token is required (an app token, or the data directory's api-token)");
+    if (opts.socketPath !== undefined && !opts.fetch) {
+      throw new TypeError("syncd: socketPath needs a fetch that dials it: pass unixFetch(socketPath) from @syncd/client/node, or use connect()");
+    }
+    this.socketPath = opts.socketPath;
+    const addr = opts.socketPath !== undefined ? "localhost" : (opts.addr ?? DEFAULT_ADDR);
     this.baseURL = (/^https?:\/\//.test(addr) ? addr : "http://" + addr).replace(/\/+$/, "");
     this.token = opts.token;
     const f = opts.fetch ?? globalThis.fetch;
@@ -243,7 +255,9 @@ export class SyncdClient {
     if (!this.WS) {
       throw new TypeError("syncd: no WebSocket in this runtime; pass one as WebSocket (on Node 20: the ws package)");
     }
-    return new Subscription(this.baseURL, this.token, this.WS, this.tokenInSubprotocol, opts);
+    // The ws package dials a Unix socket given as ws+unix://PATH:/PATH-IN-URL.
+    const wsBase = this.socketPath !== undefined ? "ws+unix://" + this.socketPath + ":" : this.baseURL.replace(/^http/, "ws");
+    return new Subscription(wsBase, this.token, this.WS, this.tokenInSubprotocol, opts);
   }
 
   // ---- transport ----
@@ -320,7 +334,7 @@ export class Subscription implements AsyncIterable<SyncEvent> {
   private rejecters: ((err: SyncdError) => void)[] = [];
 
   constructor(
-    private readonly baseURL: string,
+    private readonly wsBase: string,
     private readonly token: string,
     private readonly WS: WebSocketConstructor,
     private readonly tokenInSubprotocol: boolean,
@@ -338,7 +352,7 @@ export class Subscription implements AsyncIterable<SyncEvent> {
     if (this.opts.type) q.set("type", this.opts.type);
     if (this.opts.entityType) q.set("entityType", this.opts.entityType);
     if (this.opts.account) q.set("account", this.opts.account);
-    const url = this.baseURL.replace(/^http/, "ws") + "/v1/events" + (q.size ? "?" + q.toString() : "");
+    const url = this.wsBase + "/v1/events" + (q.size ? "?" + q.toString() : "");
     const protocols = ["syncd.v1"];
     let ws: WebSocketLike;
     if (this.tokenInSubprotocol) {

@@ -2,13 +2,16 @@
 // config file and data directory `syncd` uses, with the same per-OS
 // defaults (config/paths*.go).
 
-import { readFile } from "node:fs/promises";
+import { request } from "node:http";
+import { readFile, stat } from "node:fs/promises";
 import { homedir } from "node:os";
 import { isAbsolute, join } from "node:path";
 import { SyncdClient, type ClientOptions } from "./index.js";
 
 export interface Located {
   addr: string;
+  /** The daemon's Unix socket, when it has one here (Linux, macOS); connect() prefers it. */
+  socket?: string;
   token: string;
   dataDir: string;
   configFile: string;
@@ -40,15 +43,16 @@ export function defaultPaths(
 
 /**
  * Reads where syncd listens and its API token, as `syncd status` does:
- * SYNCD_CONFIG or the default config file (listen, dataDir), SYNCD_ADDR
- * and SYNCD_DATA_DIR over it, then the data directory's api-token. Errors
+ * SYNCD_CONFIG or the default config file (listen, socket, dataDir),
+ * SYNCD_ADDR, SYNCD_SOCKET and SYNCD_DATA_DIR over it, then the data
+ * directory's api-token (optional when the caller has an app token). Errors
  * say what is missing: syncd not installed or not run yet (no token
  * file), or a token this user may not read.
  */
-export async function locate(env: Record<string, string | undefined> = process.env): Promise<Located> {
+export async function locate(env: Record<string, string | undefined> = process.env, tokenOptional = false): Promise<Located> {
   const paths = defaultPaths(env);
   const configFile = env.SYNCD_CONFIG ?? paths.configFile;
-  let cfg: { listen?: string; dataDir?: string } = {};
+  let cfg: { listen?: string; dataDir?: string; socket?: string } = {};
   try {
     cfg = JSON.parse(await readFile(configFile, "utf8")) as typeof cfg;
   } catch (err) {
@@ -64,6 +68,7 @@ export async function locate(env: Record<string, string | undefined> = process.e
     token = (await readFile(tokenFile, "utf8")).trim();
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
+    if (tokenOptional) return { addr, token: "", dataDir, configFile, socket: await findSocket(env, cfg.socket, dataDir) };
     if (code === "ENOENT") {
       throw new Error(`syncd: no API token at ${tokenFile}: is syncd installed and has it run once? (syncd run, or syncd service install)`);
     }
@@ -73,11 +78,68 @@ export async function locate(env: Record<string, string | undefined> = process.e
     throw new Error(`syncd: reading the API token ${tokenFile}: ${(err as Error).message}`);
   }
   if (!token) throw new Error(`syncd: the API token file ${tokenFile} is empty`);
-  return { addr, token, dataDir, configFile };
+  return { addr, token, dataDir, configFile, socket: await findSocket(env, cfg.socket, dataDir) };
 }
 
-/** A client for the daemon located as `locate` does. */
-export async function connect(opts: Omit<ClientOptions, "addr" | "token"> = {}, env: Record<string, string | undefined> = process.env): Promise<SyncdClient> {
-  const l = await locate(env);
-  return new SyncdClient({ ...opts, addr: l.addr, token: l.token });
+/**
+ * The daemon's Unix socket, as the syncd CLI finds it: none when an
+ * address is given (SYNCD_ADDR); else SYNCD_SOCKET, the config's socket,
+ * or on Linux and macOS the data directory's syncd.sock; "off" means
+ * none, and so does a path where no socket is (a daemon serving on TCP
+ * only).
+ */
+async function findSocket(env: Record<string, string | undefined>, configured: string | undefined, dataDir: string): Promise<string | undefined> {
+  if (process.platform === "win32" || env.SYNCD_ADDR) return undefined;
+  const p = env.SYNCD_SOCKET ?? configured ?? join(dataDir, "syncd.sock");
+  if (p === "" || p === "off") return undefined;
+  try {
+    return (await stat(p)).isSocket() ? p : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A fetch that sends each request to the daemon's Unix socket (Node's
+ * http with socketPath), for SyncdClient's `fetch` with `socketPath`.
+ */
+export function unixFetch(socketPath: string): typeof fetch {
+  return ((input: string | URL | Request, init?: RequestInit): Promise<Response> => {
+    const url = new URL(typeof input === "string" ? input : input instanceof URL ? input.href : input.url);
+    const headers: Record<string, string> = { ...(init?.headers as Record<string, string> | undefined), Host: "localhost" };
+    return new Promise<Response>((resolve, reject) => {
+      const req = request({ socketPath, path: url.pathname + url.search, method: init?.method ?? "GET", headers }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("error", reject);
+        res.on("end", () => {
+          const h = new Headers();
+          for (const [k, v] of Object.entries(res.headers)) {
+            if (v !== undefined) h.set(k, Array.isArray(v) ? v.join(", ") : v);
+          }
+          const status = res.statusCode ?? 500;
+          const empty = status === 204 || status === 304;
+          resolve(new Response(empty ? null : Buffer.concat(chunks), { status, statusText: res.statusMessage, headers: h }));
+        });
+      });
+      req.on("error", reject);
+      req.end(init?.body as string | undefined);
+    });
+  }) as typeof fetch;
+}
+
+/**
+ * A client for the daemon located as `locate` does: over its Unix socket
+ * when it has one here, else over TCP. `token` overrides the admin token
+ * read from the data directory: an app passes its app token (from
+ * `syncd apps add`).
+ */
+export async function connect(
+  opts: Omit<ClientOptions, "addr" | "token" | "socketPath"> & { token?: string } = {},
+  env: Record<string, string | undefined> = process.env,
+): Promise<SyncdClient> {
+  const l = await locate(env, opts.token !== undefined);
+  const token = opts.token ?? l.token;
+  if (l.socket !== undefined) return new SyncdClient({ ...opts, token, socketPath: l.socket, fetch: opts.fetch ?? unixFetch(l.socket) });
+  return new SyncdClient({ ...opts, addr: l.addr, token });
 }

@@ -308,6 +308,7 @@ func TestStatus(t *testing.T) {
 // behaviour.
 type fakeDaemon struct {
 	account   string
+	status    daemon.Status // what Status answers, with AccountID set
 	statusErr error
 	notified  int
 }
@@ -321,7 +322,9 @@ func (f *fakeDaemon) Logout(ctx context.Context, p daemon.LogoutPolicy, force bo
 	return 0, nil
 }
 func (f *fakeDaemon) Status(ctx context.Context) (daemon.Status, error) {
-	return daemon.Status{AccountID: f.account}, f.statusErr
+	st := f.status
+	st.AccountID = f.account
+	return st, f.statusErr
 }
 func (f *fakeDaemon) Notify() { f.notified++ }
 func (f *fakeDaemon) AccountWrite(fn func(string) error) error {

@@ -28,13 +28,14 @@ import (
 // scanners can tell one from the admin token.
 const appTokenPrefix = "syncd_app_"
 
-// scope is what a route needs from the caller's token.
+// scope is what a route needs from the caller's token. The zero value
+// is the admin's: a route registered without a scope is closed to apps.
 type scope int
 
 const (
-	scopeRead  scope = iota // any token; an app's answer is filtered to its types
+	scopeAdmin scope = iota // the admin token only
+	scopeRead               // any token; an app's answer is filtered to its types
 	scopeWrite              // any token that is not read-only
-	scopeAdmin              // the admin token only
 )
 
 func (sc scope) String() string {
@@ -56,6 +57,41 @@ type grant struct {
 	readOnly bool
 	// revoked is closed when the app is removed: its event streams end.
 	revoked chan struct{}
+	// mu is held for reading by each write made with the grant, from
+	// its last check to its commit, and for writing by the revocation:
+	// once DELETE /v1/apps/{name} has answered, no write of the app can
+	// still commit (one authorised earlier, whose body came slowly,
+	// included).
+	mu   sync.RWMutex
+	gone bool
+}
+
+// errRevoked answers a request whose app was removed while it ran.
+var errRevoked = &apiError{http.StatusUnauthorized, CodeUnauthorized, "this app's token was revoked"}
+
+// commit runs fn, a write made with grant g (nil: the admin token),
+// unless g was revoked meanwhile; the revocation waits for it.
+func (g *grant) commit(fn func() error) error {
+	if g == nil {
+		return fn()
+	}
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.gone {
+		return errRevoked
+	}
+	return fn()
+}
+
+// revoke ends the grant: its streams are told, and the writes that
+// hold it are waited for.
+func (g *grant) revoke() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.gone {
+		g.gone = true
+		close(g.revoked)
+	}
 }
 
 func newGrant(a queue.App) *grant {
@@ -100,6 +136,10 @@ func withGrant(r *http.Request, g *grant) *http.Request {
 // only writers of the store's apps: a request finds its grant without
 // touching the data file.
 type appTable struct {
+	// manage serialises the app routes' store write and table change, so
+	// the table never disagrees with the store (an add and a remove of
+	// one name racing could otherwise leave a grant no one can revoke).
+	manage   sync.Mutex
 	mu       sync.RWMutex
 	byDigest map[[32]byte]*grant
 	digests  map[string][32]byte // name → digest
@@ -135,17 +175,20 @@ func (t *appTable) add(a queue.App) error {
 	return t.addLocked(a)
 }
 
-// remove forgets an app and closes its revoked channel.
+// remove forgets an app, then revokes its grant: new requests find no
+// grant, and the writes in flight with it are waited for.
 func (t *appTable) remove(name string) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	d, ok := t.digests[name]
-	if !ok {
-		return
+	g := t.byDigest[d]
+	if ok {
+		delete(t.byDigest, d)
+		delete(t.digests, name)
 	}
-	close(t.byDigest[d].revoked)
-	delete(t.byDigest, d)
-	delete(t.digests, name)
+	t.mu.Unlock()
+	if g != nil {
+		g.revoke()
+	}
 }
 
 // lookup returns the grant of a token's digest.
@@ -208,6 +251,8 @@ func (s *Server) addApp(w http.ResponseWriter, r *http.Request) {
 	}
 	d := tokenDigest(token)
 	a.TokenDigest = hex.EncodeToString(d[:])
+	s.apps.manage.Lock()
+	defer s.apps.manage.Unlock()
 	a, err = s.store.AddApp(r.Context(), a)
 	if err != nil {
 		s.fail(w, r, err)
@@ -265,6 +310,8 @@ func (s *Server) removeApp(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.apps.manage.Lock()
+	defer s.apps.manage.Unlock()
 	if err := s.store.RemoveApp(r.Context(), name); err != nil {
 		s.fail(w, r, err)
 		return

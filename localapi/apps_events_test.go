@@ -29,14 +29,16 @@ func TestAppEventsScopeAndRevocation(t *testing.T) {
 	defer sub.Close()
 
 	api(t, e, "POST", "/v1/entities/task", `{"id":"t1","data":{}}`)
-	if _, err := e.Store.AppendEvent(context.Background(), queue.Event{Type: daemon.EventQueueTotals, Data: []byte(`{"counts":{}}`)}); err != nil {
-		t.Fatal(err)
+	for _, typ := range []string{daemon.EventQueueTotals, daemon.EventRemoteMisconfigured} {
+		if _, err := e.Store.AppendEvent(context.Background(), queue.Event{Type: typ, Data: []byte(`{"seen":"POST /v1/task"}`)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	createNote(t, e, 1)
 	var got []string
 	for {
 		ev := readEvent(t, sub)
-		if ev.EntityType == "task" || ev.Type == daemon.EventQueueTotals {
+		if ev.EntityType == "task" || ev.Type == daemon.EventQueueTotals || ev.Type == daemon.EventRemoteMisconfigured {
 			t.Fatalf("the notes app got %+v", ev)
 		}
 		got = append(got, ev.Type+" "+ev.EntityID+" "+ev.App)
@@ -56,5 +58,32 @@ func TestAppEventsScopeAndRevocation(t *testing.T) {
 	}
 	if conn, resp, _ := dialEvents(t, e, wsOpts{header: auth}); conn != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a revoked token subscribed: %v", resp.Status)
+	}
+}
+
+// An app token's stream carries the entity events of the account signed
+// in when each is sent: what another account wrote is not replayed to
+// it, and ?account= of another account is refused.
+func TestAppEventsFollowTheSignedInAccount(t *testing.T) {
+	t.Parallel()
+	e := localapitest.Start(t, localapitest.Options{Account: "alice"})
+	token, _ := api(t, e, "POST", "/v1/apps", `{"name":"notes","types":["note"]}`)["token"].(string)
+	createNote(t, e, 1) // alice's
+	api(t, e, "PUT", "/v1/session", `{"accountId":"bob","accessToken":"bob.1"}`)
+	auth := http.Header{"Authorization": {"Bearer " + token}}
+	if conn, resp, _ := dialEvents(t, e, wsOpts{query: "account=alice", header: auth}); conn != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("?account=alice with bob signed in: %v", resp.Status)
+	}
+	sub := mustDial(t, e, wsOpts{query: "since=0", header: auth})
+	defer sub.Close()
+	createNote(t, e, 2) // bob's
+	for {
+		ev := readEvent(t, sub)
+		if ev.EntityType != "" && ev.AccountID != "bob" {
+			t.Fatalf("the app got %+v of %s", ev, ev.AccountID)
+		}
+		if ev.Type == queue.EventOperationState && ev.EntityID == "n2" {
+			break
+		}
 	}
 }

@@ -1,13 +1,20 @@
 package localapi
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/syncd/syncd/daemon"
+	"github.com/syncd/syncd/queue"
 )
 
 // addApp registers an app with the admin token and returns its token.
@@ -231,5 +238,173 @@ func TestAppsAreLoadedAtStart(t *testing.T) {
 	s2.Handler().ServeHTTP(w, r)
 	if w.Code != 403 || !strings.Contains(w.Body.String(), CodeTypeNotGranted) {
 		t.Errorf("a new server with the stored app: %d %s", w.Code, w.Body)
+	}
+}
+
+// Adds and removes of the same names racing leave no grant behind: once
+// every app is removed, no token made meanwhile opens anything. (The
+// store and the table were changed apart; a grant could outlive its
+// app, and no DELETE could reach it.)
+func TestAppAddRemoveRace(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOptions{account: "acct"})
+	var (
+		mu     sync.Mutex
+		tokens []string
+		wg     sync.WaitGroup
+	)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 60 {
+				name := fmt.Sprintf("r%d", (w+i)%2)
+				if (w+i)%3 == 0 {
+					e.do(req{method: "DELETE", path: "/v1/apps/" + name})
+					continue
+				}
+				if r := e.do(req{method: "POST", path: "/v1/apps", body: `{"name":"` + name + `","types":["note"]}`}); r.status == http.StatusCreated {
+					mu.Lock()
+					tokens = append(tokens, r.str("token"))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, name := range []string{"r0", "r1"} {
+		e.do(req{method: "DELETE", path: "/v1/apps/" + name})
+	}
+	if len(tokens) == 0 {
+		t.Fatal("no app was added")
+	}
+	for _, tok := range tokens {
+		if r := e.do(req{method: "GET", path: "/v1/status", header: bearer(tok)}); r.status != http.StatusUnauthorized {
+			t.Fatalf("a token of a removed app: %d %s", r.status, r.raw)
+		}
+	}
+}
+
+// A write authorised before its app was removed, whose body arrives
+// after the removal answered, is refused and writes nothing.
+func TestRevocationWaitsForWritesInFlight(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOptions{account: "acct"})
+	token := e.addApp("slow", []string{"note"}, false)
+	reading := make(chan struct{})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The guard has passed when the handler reads the body.
+		r.Body = &signalReader{ReadCloser: r.Body, first: reading}
+		e.srv.Handler().ServeHTTP(w, r)
+	}))
+	defer hs.Close()
+	pr, pw := io.Pipe()
+	hr, _ := http.NewRequest("POST", hs.URL+"/v1/entities/note", pr)
+	hr.Header.Set("Authorization", "Bearer "+token)
+	hr.Header.Set("Content-Type", "application/json")
+	done := make(chan *http.Response, 1)
+	go func() {
+		res, err := http.DefaultTransport.RoundTrip(hr)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	<-reading
+	before := e.snapshot()
+	e.must(200, req{method: "DELETE", path: "/v1/apps/slow"})
+	pw.Write([]byte(`{"id":"late","data":{}}`))
+	pw.Close()
+	res := <-done
+	if res == nil {
+		return
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the late write: %d, want 401", res.StatusCode)
+	}
+	if after := e.snapshot(); !after.equal(before) {
+		t.Errorf("the late write wrote: before %+v, after %+v", before, after)
+	}
+	if _, err := e.store.GetEntity("acct", "note", "late"); err == nil {
+		t.Error("the entity of the late write exists")
+	}
+}
+
+// signalReader closes first at the body's first read.
+type signalReader struct {
+	io.ReadCloser
+	first chan struct{}
+	once  sync.Once
+}
+
+func (s *signalReader) Read(p []byte) (int, error) {
+	s.once.Do(func() { close(s.first) })
+	return s.ReadCloser.Read(p)
+}
+
+// An app token reaches the signed-in account's operations only; what
+// another account left queued does not exist for it.
+func TestAppTokenIsScopedToTheSignedInAccount(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOptions{account: "alice"})
+	token := e.addApp("notes", []string{"note"}, false)
+	aliceOp := e.must(201, req{method: "POST", path: "/v1/entities/note", body: `{"data":{"a":1}}`, header: bearer(token)}).str("operationId")
+	e.must(200, req{method: "PUT", path: "/v1/session", body: `{"accountId":"bob","accessToken":"bob.1"}`})
+	bobOp := e.must(201, req{method: "POST", path: "/v1/entities/note", body: `{"data":{"b":1}}`, header: bearer(token)}).str("operationId")
+
+	ops := e.must(200, req{method: "GET", path: "/v1/operations", header: bearer(token)}).items()
+	if len(ops) != 1 || ops[0]["id"] != bobOp {
+		t.Errorf("the app lists %v, want bob's operation only", ops)
+	}
+	if r := e.do(req{method: "GET", path: "/v1/operations?account=alice", header: bearer(token)}); r.status != 403 || r.code() != CodeAccountNotGranted {
+		t.Errorf("?account=alice: %d %s", r.status, r.raw)
+	}
+	for _, p := range []string{"/v1/operations/" + aliceOp, "/v1/operations/" + aliceOp + "/discard"} {
+		method := "GET"
+		if strings.HasSuffix(p, "discard") {
+			method = "POST"
+		}
+		if r := e.do(req{method: method, path: p, header: bearer(token)}); r.status != 404 {
+			t.Errorf("%s %s (alice's): %d %s", method, p, r.status, r.raw)
+		}
+	}
+	// The admin token sees both.
+	if n := len(e.must(200, req{method: "GET", path: "/v1/operations?account=alice"}).items()); n != 1 {
+		t.Errorf("admin lists %d of alice's", n)
+	}
+	e.must(200, req{method: "DELETE", path: "/v1/session"})
+	if ops := e.must(200, req{method: "GET", path: "/v1/operations", header: bearer(token)}).items(); len(ops) != 0 {
+		t.Errorf("signed out, the app lists %v", ops)
+	}
+}
+
+// An app token's status does not show what the daemon saw of a
+// misconfigured remote: it names other apps' requests.
+func TestAppStatusRedactsTheRemoteProblem(t *testing.T) {
+	t.Parallel()
+	store, err := queue.Open(filepath.Join(t.TempDir(), "syncd.db"), queue.Config{NoSync: true, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	seen := "PATCH http://127.0.0.1:9/v1/task/774fd083 was answered 307"
+	d := &fakeDaemon{account: "acct", status: daemon.Status{RemoteProblem: &daemon.RemoteProblem{Kind: "redirect", Seen: seen, Fix: "set the URL"}}}
+	s, err := New(Config{Daemon: d, Store: store, Token: testToken, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := serve(s, "POST", "/v1/apps", `{"name":"notes","types":["note"]}`)
+	var a struct{ Token string }
+	json.Unmarshal(w.Body.Bytes(), &a)
+	r := httptest.NewRequest("GET", "http://127.0.0.1:7419/v1/status", nil)
+	r.Header.Set("Authorization", "Bearer "+a.Token)
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, r)
+	if rec.Code != 200 || strings.Contains(rec.Body.String(), "v1/task") || !strings.Contains(rec.Body.String(), "set the URL") {
+		t.Errorf("an app's status: %d %s", rec.Code, rec.Body)
+	}
+	if w := serve(s, "GET", "/v1/status", ""); !strings.Contains(w.Body.String(), "v1/task") {
+		t.Errorf("the admin's status lacks what was seen: %s", w.Body)
 	}
 }

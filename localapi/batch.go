@@ -80,13 +80,15 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		ws[i] = wr
 	}
 	var results []queue.Result
-	err := s.d.AccountWrite(func(account string) error {
-		for i := range ws {
-			ws[i].AccountID = account
-		}
-		var err error
-		results, err = s.store.ApplyBatch(r.Context(), ws, ordered)
-		return err
+	err := callerOf(r).commit(func() error {
+		return s.d.AccountWrite(func(account string) error {
+			for i := range ws {
+				ws[i].AccountID = account
+			}
+			var err error
+			results, err = s.store.ApplyBatch(r.Context(), ws, ordered)
+			return err
+		})
 	})
 	if errors.Is(err, daemon.ErrNoSession) {
 		err = errNoSession

@@ -172,12 +172,15 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, status int, body 
 		s.fail(w, r, err)
 		return
 	}
-	wr.App = callerOf(r).appName()
+	g := callerOf(r)
+	wr.App = g.appName()
 	var res queue.Result
-	err = s.d.AccountWrite(func(account string) error {
-		wr.AccountID = account
-		res, err = s.store.Apply(r.Context(), wr)
-		return err
+	err = g.commit(func() error {
+		return s.d.AccountWrite(func(account string) error {
+			wr.AccountID = account
+			res, err = s.store.Apply(r.Context(), wr)
+			return err
+		})
 	})
 	if errors.Is(err, daemon.ErrNoSession) {
 		err = errNoSession
@@ -325,9 +328,12 @@ func (s *Server) resolveEntity(w http.ResponseWriter, r *http.Request) {
 		e       queue.Entity
 		removed bool
 	)
-	err = s.d.AccountWrite(func(account string) error {
-		e, removed, err = s.store.Resolve(r.Context(), account, typ, id, take, callerOf(r).appName())
-		return err
+	g := callerOf(r)
+	err = g.commit(func() error {
+		return s.d.AccountWrite(func(account string) error {
+			e, removed, err = s.store.Resolve(r.Context(), account, typ, id, take, g.appName())
+			return err
+		})
 	})
 	if errors.Is(err, daemon.ErrNoSession) {
 		err = errNoSession

@@ -48,6 +48,7 @@ const (
 	CodeAdminRequired        = "admin_required"         // 403: the route needs the admin token; an app token was sent
 	CodeReadOnly             = "read_only"              // 403: a write with a read-only app token
 	CodeTypeNotGranted       = "type_not_granted"       // 403: an entity type the app token is not granted
+	CodeAccountNotGranted    = "account_not_granted"    // 403: an app token asked for an account that is not signed in
 	CodeNotFound             = "not_found"              // 404: no such route, entity or operation
 	CodeUnknownEntityType    = "unknown_entity_type"    // 404: entity type not configured
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405

@@ -169,13 +169,31 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	// An app token sees the events of its entity types, and those of
 	// none (session, connectivity), but not queue.totals: they count
 	// every app's operations. Its stream ends when it is revoked.
-	var revoked <-chan struct{}
+	var (
+		revoked <-chan struct{}
+		admit   func(queue.Event) bool
+	)
 	if g := callerOf(r); g != nil {
 		if f.EntityType != "" && !g.mayUse(f.EntityType) {
 			s.fail(w, r, &apiError{http.StatusForbidden, CodeTypeNotGranted, fmt.Sprintf("app %q's token is not granted entity type %q", g.name, f.EntityType)})
 			return
 		}
-		f.Granted, f.Withheld, revoked = g.types, []string{daemon.EventQueueTotals}, g.revoked
+		if current, _ := s.d.Account(); f.AccountID != "" && f.AccountID != current {
+			s.fail(w, r, errAccountNotGranted(g))
+			return
+		}
+		// Nor remote.misconfigured: what it saw names another app's
+		// requests (type, server id).
+		f.Granted, f.Withheld, revoked = g.types, []string{daemon.EventQueueTotals, daemon.EventRemoteMisconfigured}, g.revoked
+		// The events of entities and operations are the signed-in
+		// account's only, whichever it is when each is sent.
+		admit = func(e queue.Event) bool {
+			if e.EntityType == "" {
+				return true
+			}
+			current, ok := s.d.Account()
+			return ok && e.AccountID == current
+		}
 	}
 	if !websocket.IsWebSocketUpgrade(r) {
 		w.Header().Set("Upgrade", "websocket")
@@ -236,7 +254,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if bc, ok := hw.conn.Conn.(interface{ SetWriteBuffer(int) error }); ok {
 		_ = bc.SetWriteBuffer(s.eventSocketBuffer)
 	}
-	s.stream(conn, hw.conn, sub, revoked)
+	s.stream(conn, hw.conn, sub, revoked, admit)
 }
 
 // hijackWriter hands gorilla/websocket a corkConn around the hijacked
@@ -392,10 +410,12 @@ func eventFilter(types, entityType, account string) (daemon.Filter, error) {
 }
 
 // stream writes the subscription to conn until one side ends it, or
-// revoked (nil for the admin token) is closed. This goroutine is the
+// revoked (nil for the admin token) is closed. admit, when not nil,
+// decides at send time whether an event the filter passed is sent (an
+// app token's: the signed-in account's only). This goroutine is the
 // only writer of data frames; a reader goroutine answers pings, takes
 // pongs and notices the subscriber's close.
-func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscription, revoked <-chan struct{}) {
+func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscription, revoked <-chan struct{}, admit func(queue.Event) bool) {
 	pongWait := pongWaitFactor * s.pingInterval
 	readerDone := make(chan struct{})
 	conn.SetReadLimit(4 << 10) // subscribers send nothing but control frames
@@ -430,6 +450,9 @@ func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscrip
 	send := func(e queue.Event) bool {
 		if !sub.Accept(e) {
 			return true // already sent (the replay and live events overlap)
+		}
+		if admit != nil && !admit(e) {
+			return true
 		}
 		if e.Time.IsZero() {
 			e.Time = time.Now().UTC() // resync events are made, not read from the log

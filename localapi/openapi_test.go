@@ -133,7 +133,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		CodeMethodNotAllowed, CodeUnsupportedMediaType, CodeBodyTooLarge, CodeInvalidJSON, CodeInvalidRequest, CodeNoSession,
 		CodeEntityExists, CodeIllegalTransition, CodeNotPurgeable, CodePurgeInProgress, CodeKeyReused, CodeUpgradeRequired, CodeInternal,
 		CodeShuttingDown, CodeTooManySubscribers, CodeRequestTimeout, CodeStorageFull, CodeAdminRequired, CodeReadOnly,
-		CodeTypeNotGranted, CodeAppExists} {
+		CodeTypeNotGranted, CodeAppExists, CodeAccountNotGranted} {
 		if !slices.Contains(codes.Enum, c) {
 			t.Errorf("error code %s is not in the ErrorCode schema", c)
 		}

@@ -50,11 +50,21 @@ func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, badRequest(CodeInvalidRequest, "account: "+idProblem(queue.MaxAccountIDLen)))
 		return
 	}
-	if opts.AccountID == "" {
-		opts.AccountID, _ = s.d.Account()
-	}
+	current, signedIn := s.d.Account()
 	if g := callerOf(r); g != nil {
+		// An app reaches the signed-in account's operations only.
+		if opts.AccountID != "" && opts.AccountID != current {
+			s.fail(w, r, errAccountNotGranted(g))
+			return
+		}
+		if !signedIn {
+			writeJSON(w, http.StatusOK, listAnswer[queue.Operation]{Items: []queue.Operation{}})
+			return
+		}
 		opts.EntityTypes = g.typeList
+	}
+	if opts.AccountID == "" {
+		opts.AccountID = current
 	}
 	ops, next, err := s.store.ListOperations(opts)
 	if err != nil {
@@ -87,17 +97,25 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
 }
 
 // visibleOperation returns the operation id if the caller may see it:
-// to an app token, an operation of a type it is not granted does not
-// exist (404, as an unknown id).
+// to an app token, an operation of a type it is not granted, or of an
+// account that is not signed in, does not exist (404, as an unknown id).
 func (s *Server) visibleOperation(r *http.Request, id string) (queue.Operation, error) {
 	op, err := s.store.GetOperation(id)
 	if err != nil {
 		return op, err
 	}
-	if !callerOf(r).mayUse(op.EntityType) {
-		return queue.Operation{}, fmt.Errorf("%w: %s", queue.ErrOperationNotFound, id)
+	if g := callerOf(r); g != nil {
+		if current, ok := s.d.Account(); !ok || op.AccountID != current || !g.mayUse(op.EntityType) {
+			return queue.Operation{}, fmt.Errorf("%w: %s", queue.ErrOperationNotFound, id)
+		}
 	}
 	return op, nil
+}
+
+// errAccountNotGranted answers an app's ?account= of an account that is
+// not signed in.
+func errAccountNotGranted(g *grant) error {
+	return &apiError{http.StatusForbidden, CodeAccountNotGranted, fmt.Sprintf("app %q's token reaches the signed-in account's data only", g.name)}
 }
 
 // POST /v1/operations/{id}/retry → 200 operation (pending again). Only a
@@ -108,7 +126,11 @@ func (s *Server) retryOperation(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	op, err := s.store.Retry(r.Context(), id)
+	var op queue.Operation
+	err = callerOf(r).commit(func() (err error) {
+		op, err = s.store.Retry(r.Context(), id)
+		return err
+	})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -131,7 +153,7 @@ func (s *Server) discardOperation(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.store.Discard(r.Context(), id); err != nil {
+	if err := callerOf(r).commit(func() error { return s.store.Discard(r.Context(), id) }); err != nil {
 		s.fail(w, r, err)
 		return
 	}

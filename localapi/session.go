@@ -109,6 +109,13 @@ func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
 			ans.AccountCounts = inAccount
 		}
 		ans.App = &appScope{Name: g.name, Types: g.typeList, ReadOnly: g.readOnly}
+		if p := ans.RemoteProblem; p != nil {
+			// What was seen names another app's request (its type, a
+			// server id); the kind and the fix are the user's.
+			redacted := *p
+			redacted.Seen = "(shown to the admin token: syncd status)"
+			ans.RemoteProblem = &redacted
+		}
 	}
 	writeJSON(w, http.StatusOK, ans)
 }

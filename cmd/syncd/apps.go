@@ -20,14 +20,14 @@ func cmdApps(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	sub, args := args[0], args[1:]
 	var (
-		types    string
+		types    typeList
 		readOnly bool
 		asJSON   bool
 	)
 	cf, pos, err := parseClientFlags("apps "+sub, args, stderr, usage, func(fs *flag.FlagSet) {
 		switch sub {
 		case "add":
-			fs.StringVar(&types, "types", "", "the entity types the app may read and write, comma-separated (required)")
+			fs.Var(&types, "types", "the entity types the app may read and write, comma-separated or repeated (required)")
 			fs.BoolVar(&readOnly, "read-only", false, "the app may read its types, not write them")
 		case "list":
 			fs.BoolVar(&asJSON, "json", false, "print JSON")
@@ -48,7 +48,7 @@ func cmdApps(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	default:
 		return fmt.Errorf("%w: apps: unknown subcommand %q (want add, list or remove)", errUsage, sub)
 	}
-	if sub == "add" && strings.TrimSpace(types) == "" {
+	if sub == "add" && len(types) == 0 {
 		return fmt.Errorf("%w: apps add: --types is required", errUsage)
 	}
 	c, err := cf.client()
@@ -57,11 +57,7 @@ func cmdApps(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	switch sub {
 	case "add":
-		var list []string
-		for t := range strings.SplitSeq(types, ",") {
-			list = append(list, strings.TrimSpace(t))
-		}
-		a, err := c.AddApp(ctx, pos[0], list, readOnly)
+		a, err := c.AddApp(ctx, pos[0], types, readOnly)
 		if err != nil {
 			return apiErr(err)
 		}
@@ -100,4 +96,18 @@ func cmdApps(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "app %s removed: its token is refused from now on, and its event streams are closed\n", pos[0])
 		return nil
 	}
+}
+
+// typeList is --types: comma-separated, and repeatable (each adds).
+type typeList []string
+
+func (l *typeList) String() string { return strings.Join(*l, ",") }
+
+func (l *typeList) Set(v string) error {
+	for t := range strings.SplitSeq(v, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			*l = append(*l, t)
+		}
+	}
+	return nil
 }

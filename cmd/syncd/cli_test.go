@@ -226,7 +226,7 @@ func TestCLIOps(t *testing.T) {
 func TestCLIApps(t *testing.T) {
 	t.Parallel()
 	c := startCLI(t, localapitest.Options{Account: "alice"})
-	out := c.must("apps", "add", "notes", "--types", "note, tag")
+	out := c.must("apps", "add", "notes", "--types", "note", "--types", " tag")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	token := lines[len(lines)-1]
 	if !strings.HasPrefix(token, "syncd_app_") || len(token) != len("syncd_app_")+64 {

@@ -180,7 +180,7 @@ export const errorCodes = [
   "request_timeout", "body_too_large", "unsupported_media_type", "invalid_json", "invalid_request", "no_session",
   "entity_exists", "illegal_transition", "not_purgeable", "no_conflict", "purge_in_progress", "idempotency_key_reused",
   "upgrade_required", "internal", "shutting_down", "too_many_subscribers", "storage_full", "admin_required", "read_only",
-  "type_not_granted", "app_exists",
+  "type_not_granted", "account_not_granted", "app_exists",
 ] as const;
 
 export type ErrorCode = (typeof errorCodes)[number];

@@ -180,6 +180,25 @@ func TestAppWritesAreAudited(t *testing.T) {
 	}
 }
 
+// An app acting on an operation it may not have made (retry, discard)
+// is logged with its name.
+func TestAppActionsAreLogged(t *testing.T) {
+	t.Parallel()
+	var logs strings.Builder
+	e := setup(t, envOptions{account: "acct", cfg: Config{Logger: newTestLogger(&logs)}})
+	notes := e.addApp("notes", []string{"note"}, false)
+	op := e.must(201, req{method: "POST", path: "/v1/entities/note", body: `{"data":{"a":1}}`}).str("operationId")
+	e.failOp("acct", op)
+	e.must(200, req{method: "POST", path: "/v1/operations/" + op + "/retry", header: bearer(notes)})
+	e.failOp("acct", op)
+	e.must(200, req{method: "POST", path: "/v1/operations/" + op + "/discard", header: bearer(notes)})
+	for _, want := range []string{"app=notes action=retry operation=" + op, "app=notes action=discard operation=" + op} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+}
+
 // POST /v1/apps refuses bad grants, names taken and types the daemon is
 // not configured for; the list never shows a token; removing an app
 // revokes its token at the next request.

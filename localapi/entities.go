@@ -343,6 +343,7 @@ func (s *Server) resolveEntity(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.d.Notify()
+	s.auditApp(r, "resolve take="+take, "entity", typ+"/"+id)
 	ans := resolveAnswer{Entity: e, Removed: removed}
 	if take == queue.TakeLocal && !removed {
 		ans.OperationID = e.LastOperationID

@@ -135,6 +135,7 @@ func (s *Server) retryOperation(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.auditApp(r, "retry", "operation", id)
 	s.d.Notify()
 	writeJSON(w, http.StatusOK, op)
 }
@@ -157,6 +158,7 @@ func (s *Server) discardOperation(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.auditApp(r, "discard", "operation", id)
 	s.d.Notify() // the next operation of the partition may be ready now
 	writeJSON(w, http.StatusOK, discardAnswer{OperationID: id, Discarded: true})
 }
@@ -179,4 +181,14 @@ func (s *Server) parseOperationAction(r *http.Request) (string, error) {
 		}
 	}
 	return id, nil
+}
+
+// auditApp logs an app's action on what it may not have made (retry,
+// discard, resolve: the grant is on types, so maybe another app's): an
+// operation records the app that made it, the log the one that acted
+// on it. kind is "operation" or "entity".
+func (s *Server) auditApp(r *http.Request, action, kind, id string) {
+	if g := callerOf(r); g != nil {
+		s.logger.Info("localapi: app acted", "app", g.name, "action", action, kind, id)
+	}
 }

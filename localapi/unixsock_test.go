@@ -26,7 +26,7 @@ import (
 // shortDir is a fresh directory (mode 0700) with a path short enough for
 // a socket in it: t.TempDir's paths, with the test's name in them, may
 // pass sockaddr_un's limit (103 bytes on macOS).
-func shortDir(t *testing.T) string {
+func shortDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "sd")
 	if err != nil {
@@ -48,7 +48,7 @@ func perm(t *testing.T, path string) fs.FileMode {
 
 // unixHTTPClient is an HTTP client whose every request goes to the
 // socket at path.
-func unixHTTPClient(t *testing.T, path string) *http.Client {
+func unixHTTPClient(t testing.TB, path string) *http.Client {
 	t.Helper()
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
@@ -631,4 +631,73 @@ func copyFile(from, to string, mode fs.FileMode) error {
 		return err
 	}
 	return dst.Close()
+}
+
+// BenchmarkReadsByListener measures what the Unix socket and an app
+// token cost against loopback TCP and the admin token: GET of one entity
+// (the guard, the grant's type check, a bbolt read, the answer), from 8
+// clients, the four legs side by side in rounds in one process. It
+// reports each leg's reads/s and the ratios socket/tcp and app/admin.
+func BenchmarkReadsByListener(b *testing.B) {
+	e := setup(b, envOptions{account: "alice"})
+	e.must(201, req{method: "POST", path: "/v1/entities/note", body: `{"id":"n1","data":{"title":"x"}}`})
+	appToken := e.must(201, req{method: "POST", path: "/v1/apps", body: `{"name":"bench","types":["note"]}`}).str("token")
+	path := filepath.Join(shortDir(b), SocketFileName)
+	uln, err := ListenUnix(path, discardLogger())
+	if err != nil {
+		b.Fatal(err)
+	}
+	tln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Run(ctx, tln, uln) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	tcpTr := &http.Transport{MaxIdleConnsPerHost: 64}
+	defer tcpTr.CloseIdleConnections()
+	legs := []struct {
+		name, url, token string
+		client           *http.Client
+	}{
+		{"tcp_admin", "http://" + tln.Addr().String(), testToken, &http.Client{Transport: tcpTr}},
+		{"unix_admin", "http://localhost", testToken, unixHTTPClient(b, path)},
+		{"tcp_app", "http://" + tln.Addr().String(), appToken, &http.Client{Transport: tcpTr}},
+		{"unix_app", "http://localhost", appToken, unixHTTPClient(b, path)},
+	}
+	get := func(client *http.Client, url, token string) error {
+		r, _ := http.NewRequest("GET", url+"/v1/entities/note/n1", nil)
+		r.Header.Set("Authorization", "Bearer "+token)
+		res, err := client.Do(r)
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		io.Copy(io.Discard, res.Body)
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET: %d", res.StatusCode)
+		}
+		return nil
+	}
+	const clients = 8
+	rounds := max(2, b.N/400)
+	per := max(1, b.N/rounds)
+	durs := make([]time.Duration, len(legs))
+	b.ResetTimer()
+	for range rounds {
+		for i, l := range legs {
+			durs[i] += parallel(b, clients, per, func() error { return get(l.client, l.url, l.token) })
+		}
+	}
+	b.StopTimer()
+	rate := func(i int) float64 { return float64(rounds*per) / durs[i].Seconds() }
+	for i, l := range legs {
+		b.ReportMetric(rate(i), l.name+"_reads/s")
+	}
+	b.ReportMetric(rate(1)/rate(0), "unix/tcp")
+	b.ReportMetric(rate(2)/rate(0), "app/admin")
 }

@@ -27,8 +27,28 @@ type connGate struct {
 
 	mu      sync.Mutex
 	unauth  map[net.Conn]struct{}
+	count   [2]int    // len(unauth) per listener kind (gateKind): each has its own max
 	refused int       // connections closed at the limit since the last log line
 	logged  time.Time // last log line about refused connections
+}
+
+// gateKind is a connection's listener: 0 loopback TCP, 1 the Unix
+// socket. Each has its own bound, so that other users' connections to
+// TCP, which anyone on the machine may open, never lock this user's
+// apps out of the socket.
+func gateKind(c net.Conn) int {
+	if _, ok := c.(*PeerConn); ok {
+		return 1
+	}
+	return 0
+}
+
+// dropLocked forgets an unauthenticated connection.
+func (g *connGate) dropLocked(c net.Conn) {
+	if _, ok := g.unauth[c]; ok {
+		delete(g.unauth, c)
+		g.count[gateKind(c)]--
+	}
 }
 
 // gateLogEvery bounds how often refused connections are logged.
@@ -41,7 +61,7 @@ func (g *connGate) state(c net.Conn, st http.ConnState) {
 	defer g.mu.Unlock()
 	switch st {
 	case http.StateNew:
-		if len(g.unauth) >= g.max {
+		if g.count[gateKind(c)] >= g.max {
 			c.Close()
 			g.refused++
 			if now := time.Now(); now.Sub(g.logged) >= gateLogEvery {
@@ -54,8 +74,9 @@ func (g *connGate) state(c net.Conn, st http.ConnState) {
 			g.unauth = make(map[net.Conn]struct{})
 		}
 		g.unauth[c] = struct{}{}
+		g.count[gateKind(c)]++
 	case http.StateHijacked, http.StateClosed:
-		delete(g.unauth, c)
+		g.dropLocked(c)
 	}
 }
 
@@ -68,7 +89,7 @@ func (g *connGate) authenticated(r *http.Request) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	delete(g.unauth, c)
+	g.dropLocked(c)
 }
 
 // refuseUnauth marks the answer to r, refused before its token was

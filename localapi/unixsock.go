@@ -11,7 +11,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/syncd/syncd/internal/peercred"
 )
 
 // SocketFileName is the Unix socket's file in the data directory, where
@@ -20,7 +23,7 @@ const SocketFileName = "syncd.sock"
 
 // UnixSocketSupported says whether ListenUnix works on this OS: Linux
 // and macOS.
-const UnixSocketSupported = peerCredSupported
+const UnixSocketSupported = peercred.Supported
 
 // ListenUnix listens on a Unix socket at path for the local API, beside
 // (or instead of) the loopback TCP listener; pass it to Server.Run.
@@ -41,12 +44,16 @@ const UnixSocketSupported = peerCredSupported
 //   - The socket's directory is created with mode 0700 when missing. An
 //     existing one that group or other may use (any of mode 0077), or
 //     that another user owns, is refused, not chmodded: it may be
-//     someone's home.
+//     someone's home. So is one below a directory that another user
+//     owns or may write to (but for sticky ones, as /tmp), as written or
+//     with its links resolved: they could swap a directory on the way
+//     for one of theirs (secureAncestors).
 //   - The socket file is chmodded 0600 right after bind. Between the
 //     two it has the umask's mode, but the 0700 directory keeps other
 //     users from reaching it meanwhile.
-//   - A socket file left at path by a process that is gone (one that
-//     answers no connection) is removed first. A live socket, or a file
+//   - A socket file left at path by a process that is gone (a connect
+//     to it is refused) is removed first. A live socket (one that
+//     accepts, or whose backlog is full), or a file
 //     of another kind (a regular file, a directory, a symbolic link), is
 //     an error and is left alone.
 //   - Closing the listener removes the socket file.
@@ -79,7 +86,14 @@ func listenUnix(path string, logger *slog.Logger, uid int) (*unixListener, error
 		return nil, fmt.Errorf("localapi: listen on %s: %w", path, err)
 	}
 	// The socket was made with the umask's mode; the 0700 directory has
-	// kept other users from reaching it until now.
+	// kept other users from reaching it until now. The directory and
+	// those above it are this user's or root's (socketDir), so no one
+	// else can have put a symbolic link at the path since the bind;
+	// still, chmod follows links: look first.
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != fs.ModeSocket {
+		ln.Close()
+		return nil, fmt.Errorf("%w: %s is no longer the socket just made", ErrSocketPath, path)
+	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("localapi: socket %s: %w", path, err)
@@ -95,14 +109,14 @@ func listenUnix(path string, logger *slog.Logger, uid int) (*unixListener, error
 // sockaddr_un holds with its terminating NUL (107 bytes on Linux, 103
 // on macOS). It does not touch the file system.
 func CheckSocketPath(path string) error {
-	if !peerCredSupported {
+	if !peercred.Supported {
 		return fmt.Errorf("%w on %s; use the loopback TCP listener", ErrUnixSocketUnsupported, runtime.GOOS)
 	}
 	if path == "" {
 		return fmt.Errorf("%w: empty", ErrSocketPath)
 	}
-	if len(path) > maxSocketPath {
-		return fmt.Errorf("%w: %s is %d bytes long; %s allows at most %d: choose a shorter path", ErrSocketPath, path, len(path), runtime.GOOS, maxSocketPath)
+	if len(path) > peercred.MaxPath {
+		return fmt.Errorf("%w: %s is %d bytes long; %s allows at most %d: choose a shorter path", ErrSocketPath, path, len(path), runtime.GOOS, peercred.MaxPath)
 	}
 	return nil
 }
@@ -127,8 +141,41 @@ func socketDir(dir string) error {
 	if m := fi.Mode().Perm(); m&0o077 != 0 {
 		return fmt.Errorf("%w: %s has mode %04o; make it private (chmod 700 %s) or put the socket in a directory of your own", ErrSocketDirMode, dir, m, dir)
 	}
-	if owner, ok := fileOwner(fi); ok && owner != os.Geteuid() {
+	if owner, ok := peercred.FileOwner(fi); ok && owner != os.Geteuid() {
 		return fmt.Errorf("%w: %s belongs to user id %d, not to this one (%d); put the socket in a directory of your own", ErrSocketDirMode, dir, owner, os.Geteuid())
+	}
+	return secureAncestors(dir)
+}
+
+// secureAncestors checks the directories above dir, as written and with
+// its symbolic links resolved: each must belong to root or to this user,
+// and no one else may write to it unless its sticky bit is set (as /tmp
+// has). Otherwise another user could rename a directory on the way and
+// put one of their own in its place: the daemon's socket would move out
+// of reach, and a socket of theirs take the path, to which the CLI and
+// the apps would send the token.
+func secureAncestors(dir string) error {
+	paths := []string{dir}
+	if real, err := filepath.EvalSymlinks(dir); err == nil && real != dir {
+		paths = append(paths, real)
+	}
+	for _, p := range paths {
+		for a := filepath.Dir(p); ; a = filepath.Dir(a) {
+			fi, err := os.Stat(a)
+			if err != nil {
+				return fmt.Errorf("localapi: socket directory %s: %w", a, err)
+			}
+			owner, ok := peercred.FileOwner(fi)
+			if ok && owner != 0 && owner != os.Geteuid() {
+				return fmt.Errorf("%w: %s, above the socket, belongs to user id %d, who could replace what it holds; put the socket in a directory of your own", ErrSocketDirMode, a, owner)
+			}
+			if m := fi.Mode(); m.Perm()&0o022 != 0 && m&fs.ModeSticky == 0 {
+				return fmt.Errorf("%w: %s, above the socket, has mode %04o: others may replace what it holds; remove their write permission (chmod go-w %s) or put the socket elsewhere", ErrSocketDirMode, a, m.Perm(), a)
+			}
+			if a == filepath.Dir(a) {
+				break
+			}
+		}
 	}
 	return nil
 }
@@ -146,9 +193,15 @@ func removeStaleSocket(path string) error {
 	if fi.Mode().Type() != fs.ModeSocket {
 		return fmt.Errorf("%w: %s exists and is not a socket (%v); move it away or choose another path", ErrSocketPath, path, fi.Mode().Type())
 	}
-	if c, err := net.Dial("unix", path); err == nil {
+	c, err := net.Dial("unix", path)
+	if err == nil {
 		c.Close()
 		return fmt.Errorf("%w: %s: another process is listening on it", ErrSocketPath, path)
+	}
+	// Only a refusal says that no one listens: a full backlog (EAGAIN)
+	// or a stopped process is a live socket.
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("%w: %s: cannot tell whether a process listens on it (%v); stop that process, or remove the file if none does", ErrSocketPath, path, err)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("localapi: remove stale socket: %w", err)
@@ -190,7 +243,7 @@ func (l *unixListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		uid, pid, err := peerCred(c)
+		uid, pid, err := peercred.Get(c)
 		if err != nil {
 			l.refused.log(l.logger, l.now(), "localapi: closed a connection to the Unix socket whose peer credentials could not be read", "path", l.path, "err", err)
 			c.Close()

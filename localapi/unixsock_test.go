@@ -21,6 +21,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/syncd/syncd/internal/peercred"
+	"github.com/syncd/syncd/localapi/client"
 )
 
 // shortDir is a fresh directory (mode 0700) with a path short enough for
@@ -252,14 +255,14 @@ func TestListenUnixPathLength(t *testing.T) {
 		pad := n - len(base) - len("/") - len("/s")
 		return filepath.Join(base, strings.Repeat("d", pad), "s")
 	}
-	long := pathOf(maxSocketPath + 1)
-	if _, err := ListenUnix(long, discardLogger()); !errors.Is(err, ErrSocketPath) || !strings.Contains(err.Error(), strconv.Itoa(maxSocketPath)) {
+	long := pathOf(peercred.MaxPath + 1)
+	if _, err := ListenUnix(long, discardLogger()); !errors.Is(err, ErrSocketPath) || !strings.Contains(err.Error(), strconv.Itoa(peercred.MaxPath)) {
 		t.Errorf("%d-byte path: err = %v; want ErrSocketPath giving the limit", len(long), err)
 	}
 	if _, err := os.Stat(filepath.Dir(long)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("directory of a refused path made: %v", err)
 	}
-	fits := pathOf(maxSocketPath)
+	fits := pathOf(peercred.MaxPath)
 	ln, err := ListenUnix(fits, discardLogger())
 	if err != nil {
 		t.Fatalf("%d-byte path: %v", len(fits), err)
@@ -616,6 +619,150 @@ func TestUnixSocketOtherUser(t *testing.T) {
 	mine.must(200, req{method: "GET", path: "/v1/status"})
 }
 
+// envOtherUserServe makes the test binary, run by
+// TestClientRefusesAnotherUsersSocket as another user, listen on a
+// socket at that path instead.
+const envOtherUserServe = "SYNCD_TEST_OTHER_USER_SERVE"
+
+// TestUnixSocketOtherUserServer is not a test: as another user, it
+// listens on a socket, says READY, takes one connection and says how
+// many bytes came on it before it closed.
+func TestUnixSocketOtherUserServer(t *testing.T) {
+	path := os.Getenv(envOtherUserServe)
+	if path == "" {
+		t.Skip("run by TestClientRefusesAnotherUsersSocket only")
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		fmt.Printf("RESULT listen-error %v\n", err)
+		return
+	}
+	defer ln.Close()
+	os.Chmod(path, 0o777)
+	fmt.Println("READY")
+	c, err := ln.Accept()
+	if err != nil {
+		fmt.Printf("RESULT accept-error %v\n", err)
+		return
+	}
+	n, _ := io.Copy(io.Discard, c)
+	fmt.Printf("RESULT received %d\n", n)
+}
+
+// A process of another user that took the socket's path (syncd stopped,
+// a path in a directory it may write) gets nothing from the Go client,
+// the CLI's: it reads the listener's credentials and closes before
+// sending the token. Needs root, to run the listener as uid 65534.
+func TestClientRefusesAnotherUsersSocket(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a listener as another user (CI runs as root)")
+	}
+	// Not parallel, as TestUnixSocketOtherUser.
+	base, err := os.MkdirTemp("/tmp", "syncd-uid-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	theirs := filepath.Join(base, "theirs")
+	if err := os.Mkdir(theirs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(theirs, otherUID, otherUID); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(base, "localapi.test")
+	if err := copyFile(self, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(theirs, SocketFileName)
+	cmd := exec.Command(bin, "-test.run=^TestUnixSocketOtherUserServer$", "-test.count=1")
+	cmd.Dir = base
+	cmd.Env = append(os.Environ(), envOtherUserServe+"="+path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUID, Gid: otherUID}}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || sc.Text() != "READY" {
+		t.Fatalf("the other user's listener: %q", sc.Text())
+	}
+	c, err := client.New(client.Config{Socket: path, Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseIdleConnections()
+	if _, err := c.Status(context.Background()); !errors.Is(err, client.ErrForeignSocket) {
+		t.Fatalf("Status over another user's socket: %v; want ErrForeignSocket", err)
+	}
+	for sc.Scan() {
+		if r, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
+			if r != "received 0" {
+				t.Errorf("the other user's listener %s; want nothing", r)
+			}
+			return
+		}
+	}
+	t.Fatal("the other user's listener said nothing")
+}
+
+// The socket's directory and those above it must be this user's or
+// root's, and no one else may write to them (but for sticky ones, as
+// /tmp): another user could otherwise swap a directory on the way for
+// one of theirs.
+func TestListenUnixRefusesOpenAncestors(t *testing.T) {
+	t.Parallel()
+	base := shortDir(t)
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ListenUnix(filepath.Join(open, "d", SocketFileName), discardLogger())
+	if !errors.Is(err, ErrSocketDirMode) || !strings.Contains(err.Error(), open+", above the socket") {
+		t.Errorf("under a 0777 directory: %v", err)
+	}
+	if err := os.Chmod(open, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := ListenUnix(filepath.Join(open, "d", SocketFileName), discardLogger())
+	if err != nil {
+		t.Fatalf("under a sticky 1777 directory: %v", err)
+	}
+	ln.Close()
+	if os.Geteuid() == 0 {
+		theirs := filepath.Join(base, "theirs")
+		if err := os.Mkdir(theirs, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(theirs, otherUID, otherUID); err != nil {
+			t.Fatal(err)
+		}
+		mine := filepath.Join(theirs, "mine")
+		if err := os.Mkdir(mine, 0o755); err != nil { // root may, and owns it
+			t.Fatal(err)
+		}
+		_, err := ListenUnix(filepath.Join(mine, "d", SocketFileName), discardLogger())
+		if !errors.Is(err, ErrSocketDirMode) || !strings.Contains(err.Error(), fmt.Sprintf("belongs to user id %d", otherUID)) {
+			t.Errorf("under another user's directory: %v", err)
+		}
+	}
+}
+
 func copyFile(from, to string, mode fs.FileMode) error {
 	src, err := os.Open(from)
 	if err != nil {
@@ -700,4 +847,56 @@ func BenchmarkReadsByListener(b *testing.B) {
 	}
 	b.ReportMetric(rate(1)/rate(0), "unix/tcp")
 	b.ReportMetric(rate(2)/rate(0), "app/admin")
+}
+
+// The bound on connections without the token is kept per listener:
+// another user's idle connections to loopback TCP, which anyone on the
+// machine may open, do not lock this user's apps out of the socket.
+func TestTCPFloodLeavesTheSocketOpen(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOptions{account: "alice", cfg: Config{MaxUnauthenticatedConns: 3, ReadHeaderTimeout: time.Hour}})
+	accepted := make(chan struct{}, 16)
+	e.srv.testHookConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			accepted <- struct{}{}
+		}
+	}
+	path := filepath.Join(shortDir(t), SocketFileName)
+	uln, err := ListenUnix(path, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Run(ctx, tln, uln) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	for range 3 {
+		c, err := net.Dial("tcp", tln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		<-accepted
+	}
+	// TCP is full: a fourth connection is closed at once.
+	c, err := net.Dial("tcp", tln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	<-accepted
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Error("a fourth TCP connection was kept")
+	}
+	sock := *e
+	sock.url, sock.client = "http://localhost", unixHTTPClient(t, path)
+	sock.must(200, req{method: "GET", path: "/v1/status"})
 }

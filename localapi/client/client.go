@@ -28,6 +28,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
+	"github.com/syncd/syncd/internal/peercred"
 )
 
 // DefaultAddr is where syncd listens unless configured otherwise.
@@ -112,13 +113,36 @@ func dialingSocket(t *http.Transport, path string) *http.Transport {
 	return t
 }
 
-// socketDialer dials the Unix socket at path whatever the address.
+// socketDialer dials the Unix socket at path whatever the address, and
+// refuses a socket another user's process listens on: it would receive
+// the token (a process that took the path while syncd was stopped).
 func socketDialer(path string) func(ctx context.Context, _, _ string) (net.Conn, error) {
 	return func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
-		return d.DialContext(ctx, "unix", path)
+		c, err := d.DialContext(ctx, "unix", path)
+		if err != nil || !peercred.Supported {
+			return c, err
+		}
+		uc, ok := c.(*net.UnixConn)
+		if !ok {
+			return c, nil
+		}
+		uid, pid, err := peercred.Get(uc)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("client: socket %s: who listens on it: %w", path, err)
+		}
+		if uid != os.Geteuid() {
+			c.Close()
+			return nil, fmt.Errorf("%w: %s is served by user id %d (pid %d), not this user (%d); not sending the token there", ErrForeignSocket, path, uid, pid, os.Geteuid())
+		}
+		return c, nil
 	}
 }
+
+// ErrForeignSocket is returned when the socket of Config.Socket is served
+// by a process of another user than the client's.
+var ErrForeignSocket = errors.New("client: the socket belongs to another user")
 
 // Client talks to one syncd. It is safe for concurrent use.
 type Client struct {

@@ -38,9 +38,10 @@ export interface ClientOptions {
   addr?: string;
   /**
    * Node only: reach the daemon over its Unix socket at this path instead
-   * of TCP. Requests then need a fetch that can dial it (pass
-   * `unixFetch(socketPath)` from `@syncd/client/node`, which `connect()`
-   * does) and subscribe the `ws` package (it dials `ws+unix:` URLs).
+   * of TCP. Requests then need a fetch that dials it, and subscribe a
+   * WebSocket that does: pass `unixFetch(socketPath)` and
+   * `unixWebSocket(WebSocket, socketPath)` from `@syncd/client/node`
+   * (`connect()` does both).
    */
   socketPath?: string;
   /**
@@ -97,14 +98,12 @@ export class SyncdClient {
   private readonly tokenInSubprotocol: boolean;
   private readonly retries: number;
   private readonly retryDelayMs: number;
-  private readonly socketPath: string | undefined;
 
   constructor(opts: ClientOptions) {
     if (!opts.token) throw new TypeError("syncd: a token is required (an app token, or the data directory's api-token)");
     if (opts.socketPath !== undefined && !opts.fetch) {
       throw new TypeError("syncd: socketPath needs a fetch that dials it: pass unixFetch(socketPath) from @syncd/client/node, or use connect()");
     }
-    this.socketPath = opts.socketPath;
     const addr = opts.socketPath !== undefined ? "localhost" : (opts.addr ?? DEFAULT_ADDR);
     this.baseURL = (/^https?:\/\//.test(addr) ? addr : "http://" + addr).replace(/\/+$/, "");
     this.token = opts.token;
@@ -255,9 +254,7 @@ export class SyncdClient {
     if (!this.WS) {
       throw new TypeError("syncd: no WebSocket in this runtime; pass one as WebSocket (on Node 20: the ws package)");
     }
-    // The ws package dials a Unix socket given as ws+unix://PATH:/PATH-IN-URL.
-    const wsBase = this.socketPath !== undefined ? "ws+unix://" + this.socketPath + ":" : this.baseURL.replace(/^http/, "ws");
-    return new Subscription(wsBase, this.token, this.WS, this.tokenInSubprotocol, opts);
+    return new Subscription(this.baseURL.replace(/^http/, "ws"), this.token, this.WS, this.tokenInSubprotocol, opts);
   }
 
   // ---- transport ----

@@ -3,10 +3,11 @@
 // defaults (config/paths*.go).
 
 import { request } from "node:http";
+import { connect as netConnect } from "node:net";
 import { readFile, stat } from "node:fs/promises";
 import { homedir } from "node:os";
-import { isAbsolute, join } from "node:path";
-import { SyncdClient, type ClientOptions } from "./index.js";
+import { dirname, isAbsolute, join } from "node:path";
+import { SyncdClient, type ClientOptions, type WebSocketConstructor } from "./index.js";
 
 export interface Located {
   addr: string;
@@ -92,11 +93,23 @@ async function findSocket(env: Record<string, string | undefined>, configured: s
   if (process.platform === "win32" || env.SYNCD_ADDR) return undefined;
   const p = env.SYNCD_SOCKET ?? configured ?? join(dataDir, "syncd.sock");
   if (p === "" || p === "off") return undefined;
+  let st;
   try {
-    return (await stat(p)).isSocket() ? p : undefined;
+    st = await stat(p);
   } catch {
     return undefined;
   }
+  if (!st.isSocket()) return undefined;
+  // Node cannot ask the kernel who listens on a socket (the Go client
+  // does): at least the socket and its directory must be this user's,
+  // and the directory closed to others, as syncd makes them, or the
+  // token is not sent there.
+  const uid = process.geteuid?.();
+  const dir = await stat(dirname(p));
+  if (uid !== undefined && (st.uid !== uid || dir.uid !== uid || (dir.mode & 0o077) !== 0)) {
+    throw new Error(`syncd: the socket ${p} or its directory is not this user's alone (socket uid ${st.uid}, directory uid ${dir.uid} mode ${(dir.mode & 0o777).toString(8)}); not sending the token there`);
+  }
+  return p;
 }
 
 /**
@@ -129,6 +142,20 @@ export function unixFetch(socketPath: string): typeof fetch {
 }
 
 /**
+ * A WebSocket constructor (the `ws` package's) whose connections go to
+ * the daemon's Unix socket, for SyncdClient's `WebSocket` with
+ * `socketPath`: the URL's host is then only a name.
+ */
+export function unixWebSocket(WS: WebSocketConstructor, socketPath: string): WebSocketConstructor {
+  const Base = WS as unknown as new (u: string, p: string[] | undefined, o: Record<string, unknown>) => object;
+  return class extends Base {
+    constructor(url: string, protocols?: string | string[], options: Record<string, unknown> = {}) {
+      super(url, typeof protocols === "string" ? [protocols] : protocols, { ...options, createConnection: () => netConnect(socketPath) });
+    }
+  } as unknown as WebSocketConstructor;
+}
+
+/**
  * A client for the daemon located as `locate` does: over its Unix socket
  * when it has one here, else over TCP. `token` overrides the admin token
  * read from the data directory: an app passes its app token (from
@@ -140,6 +167,14 @@ export async function connect(
 ): Promise<SyncdClient> {
   const l = await locate(env, opts.token !== undefined);
   const token = opts.token ?? l.token;
-  if (l.socket !== undefined) return new SyncdClient({ ...opts, token, socketPath: l.socket, fetch: opts.fetch ?? unixFetch(l.socket) });
+  if (l.socket !== undefined) {
+    return new SyncdClient({
+      ...opts,
+      token,
+      socketPath: l.socket,
+      fetch: opts.fetch ?? unixFetch(l.socket),
+      WebSocket: opts.WebSocket && unixWebSocket(opts.WebSocket, l.socket),
+    });
+  }
   return new SyncdClient({ ...opts, addr: l.addr, token });
 }

@@ -1,4 +1,7 @@
 import assert from "node:assert/strict";
+import { chmodSync, mkdtempSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import WebSocket from "ws";
@@ -12,7 +15,8 @@ describe("over the daemon's Unix socket", { skip: process.platform === "win32" &
   let d: Daemon;
   let env: Record<string, string | undefined>;
   before(async () => {
-    d = await startDaemon();
+    // A space in the path, as macOS's Application Support has.
+    d = await startDaemon({ dataDir: mkdtempSync(join(tmpdir(), "syncd js ")) });
     // The listen address points nowhere: only the socket can answer.
     env = { HOME: d.dataDir, SYNCD_DATA_DIR: d.dataDir, SYNCD_LISTEN: `127.0.0.1:${await freePort()}` };
   });
@@ -40,5 +44,18 @@ describe("over the daemon's Unix socket", { skip: process.platform === "win32" &
     await assert.rejects(app.list("task"), (err: unknown) => err instanceof SyncdError && err.code === "type_not_granted");
     const wrong = await connect({ token: "syncd_app_" + "0".repeat(64) }, env);
     await assert.rejects(wrong.status(), (err: unknown) => err instanceof SyncdError && err.code === "unauthorized");
+  });
+
+  it("does not send the token to a socket in a directory others may enter", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "syncd-js-open-"));
+    chmodSync(dir, 0o755);
+    const path = join(dir, "syncd.sock");
+    const srv = createServer();
+    await new Promise<void>((res) => srv.listen(path, res));
+    try {
+      await assert.rejects(locate({ ...env, SYNCD_SOCKET: path }), /not this user's alone/);
+    } finally {
+      await new Promise<void>((res) => srv.close(() => res()));
+    }
   });
 });

@@ -1,4 +1,4 @@
-package localapi
+package peercred
 
 import (
 	"net"
@@ -8,16 +8,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// peerCredSupported: ListenUnix works here.
-const peerCredSupported = true
+// Supported says that Get works here.
+const Supported = true
 
-// maxSocketPath is the longest socket path sockaddr_un holds with its
+// MaxPath is the longest socket path sockaddr_un holds with its
 // terminating NUL: sun_path is 108 bytes on Linux.
-const maxSocketPath = 107
+const MaxPath = 107
 
-// peerCred reads the credentials of the process that connected c, as
+// Get reads the credentials of the process that connected c, as
 // the kernel recorded them at connect (SO_PEERCRED).
-func peerCred(c *net.UnixConn) (uid, pid int, err error) {
+func Get(c *net.UnixConn) (uid, pid int, err error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return 0, 0, err
@@ -35,8 +35,8 @@ func peerCred(c *net.UnixConn) (uid, pid int, err error) {
 	return int(cred.Uid), int(cred.Pid), nil
 }
 
-// fileOwner is the user id owning the file of fi.
-func fileOwner(fi os.FileInfo) (uid int, ok bool) {
+// FileOwner is the user id owning the file of fi.
+func FileOwner(fi os.FileInfo) (uid int, ok bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return 0, false

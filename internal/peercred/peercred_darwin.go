@@ -1,4 +1,4 @@
-package localapi
+package peercred
 
 import (
 	"net"
@@ -8,17 +8,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// peerCredSupported: ListenUnix works here.
-const peerCredSupported = true
+// Supported says that Get works here.
+const Supported = true
 
-// maxSocketPath is the longest socket path sockaddr_un holds with its
+// MaxPath is the longest socket path sockaddr_un holds with its
 // terminating NUL: sun_path is 104 bytes on macOS.
-const maxSocketPath = 103
+const MaxPath = 103
 
-// peerCred reads the credentials of the process that connected c, as
+// Get reads the credentials of the process that connected c, as
 // the kernel recorded them at connect: the user id (LOCAL_PEERCRED) and
 // the process id (LOCAL_PEERPID; 0 if the kernel does not say).
-func peerCred(c *net.UnixConn) (uid, pid int, err error) {
+func Get(c *net.UnixConn) (uid, pid int, err error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return 0, 0, err
@@ -41,8 +41,8 @@ func peerCred(c *net.UnixConn) (uid, pid int, err error) {
 	return int(cred.Uid), pid, nil
 }
 
-// fileOwner is the user id owning the file of fi.
-func fileOwner(fi os.FileInfo) (uid int, ok bool) {
+// FileOwner is the user id owning the file of fi.
+func FileOwner(fi os.FileInfo) (uid int, ok bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return 0, false

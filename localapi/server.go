@@ -152,8 +152,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxUnauthenticatedConns bounds the connections that have not yet
 	// sent a request carrying the token (default
-	// DefaultMaxUnauthenticatedConns); past it a new connection is
-	// closed at once.
+	// DefaultMaxUnauthenticatedConns), on each kind of listener apart
+	// (TCP, the Unix socket); past it a new connection is closed at
+	// once.
 	MaxUnauthenticatedConns int
 }
 

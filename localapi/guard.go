@@ -32,15 +32,17 @@ const (
 
 // guard is the one wrapper in front of every route. In order: security
 // headers; Host must be a loopback name (DNS rebinding; TCP only, see
-// fromUnixSocket); Origin must be
-// absent or allowed (cross-site requests), with CORS preflights answered
-// for allowed origins; the bearer token, the admin token or an app's;
-// the body size limit; the route's scope (an app token gets 403 on the
-// admin routes, and on the writing ones when it is read-only). The
-// entity types an app token is granted are checked by the handlers,
-// which know the type (lookupType, visibleOperation). Handlers never re-check any of it. The mux's own 404
-// and 405 answers are rewritten into the API's error shape. A panic in a
-// handler is answered 500 internal and logged (recoverPanic).
+// fromUnixSocket); Origin must be absent or allowed (cross-site
+// requests), with CORS preflights answered for allowed origins; the
+// bearer token, the admin token or an app's; the body size limit; the
+// route's scope (an app token gets 403 on the admin routes, and on the
+// writing ones when it is read-only). Handlers never re-check any of
+// it. What only a handler knows, it checks itself: the entity types and
+// account an app token reaches (lookupType, visibleOperation) and, at
+// commit, that the app was not removed meanwhile (grant.commit). The
+// mux's own 404 and 405 answers are rewritten into the API's error
+// shape. A panic in a handler is answered 500 internal and logged
+// (recoverPanic).
 func (s *Server) guard(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pw := &panicWriter{ResponseWriter: w, writeTimeout: s.writeTimeout}

@@ -789,31 +789,16 @@ func BenchmarkReadsByListener(b *testing.B) {
 	e := setup(b, envOptions{account: "alice"})
 	e.must(201, req{method: "POST", path: "/v1/entities/note", body: `{"id":"n1","data":{"title":"x"}}`})
 	appToken := e.must(201, req{method: "POST", path: "/v1/apps", body: `{"name":"bench","types":["note"]}`}).str("token")
-	path := filepath.Join(shortDir(b), SocketFileName)
-	uln, err := ListenUnix(path, discardLogger())
-	if err != nil {
-		b.Fatal(err)
-	}
-	tln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.srv.Run(ctx, tln, uln) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	tcpAddr, path := serveBoth(b, e)
 	tcpTr := &http.Transport{MaxIdleConnsPerHost: 64}
 	defer tcpTr.CloseIdleConnections()
 	legs := []struct {
 		name, url, token string
 		client           *http.Client
 	}{
-		{"tcp_admin", "http://" + tln.Addr().String(), testToken, &http.Client{Transport: tcpTr}},
+		{"tcp_admin", "http://" + tcpAddr, testToken, &http.Client{Transport: tcpTr}},
 		{"unix_admin", "http://localhost", testToken, unixHTTPClient(b, path)},
-		{"tcp_app", "http://" + tln.Addr().String(), appToken, &http.Client{Transport: tcpTr}},
+		{"tcp_app", "http://" + tcpAddr, appToken, &http.Client{Transport: tcpTr}},
 		{"unix_app", "http://localhost", appToken, unixHTTPClient(b, path)},
 	}
 	get := func(client *http.Client, url, token string) error {
@@ -861,24 +846,9 @@ func TestTCPFloodLeavesTheSocketOpen(t *testing.T) {
 			accepted <- struct{}{}
 		}
 	}
-	path := filepath.Join(shortDir(t), SocketFileName)
-	uln, err := ListenUnix(path, discardLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.srv.Run(ctx, tln, uln) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	tcpAddr, path := serveBoth(t, e)
 	for range 3 {
-		c, err := net.Dial("tcp", tln.Addr().String())
+		c, err := net.Dial("tcp", tcpAddr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -886,7 +856,7 @@ func TestTCPFloodLeavesTheSocketOpen(t *testing.T) {
 		<-accepted
 	}
 	// TCP is full: a fourth connection is closed at once.
-	c, err := net.Dial("tcp", tln.Addr().String())
+	c, err := net.Dial("tcp", tcpAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -899,4 +869,30 @@ func TestTCPFloodLeavesTheSocketOpen(t *testing.T) {
 	sock := *e
 	sock.url, sock.client = "http://localhost", unixHTTPClient(t, path)
 	sock.must(200, req{method: "GET", path: "/v1/status"})
+}
+
+// serveBoth runs e's server on a loopback TCP listener and a Unix socket
+// until the test ends, and returns their address and path.
+func serveBoth(t testing.TB, e *env) (tcpAddr, socketPath string) {
+	t.Helper()
+	socketPath = filepath.Join(shortDir(t), SocketFileName)
+	uln, err := ListenUnix(socketPath, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		uln.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Run(ctx, tln, uln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return tln.Addr().String(), socketPath
 }

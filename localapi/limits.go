@@ -1,6 +1,7 @@
 package localapi
 
 import (
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -65,7 +66,7 @@ func (g *connGate) state(c net.Conn, st http.ConnState) {
 			c.Close()
 			g.refused++
 			if now := time.Now(); now.Sub(g.logged) >= gateLogEvery {
-				g.logger.Warn("localapi: too many connections without the API token; closing new ones", "limit", g.max, "closed", g.refused, "remote", c.RemoteAddr().String())
+				g.logger.Warn("localapi: too many connections without the API token; closing new ones", "limit", g.max, "closed", g.refused, "remote", remoteOf(c))
 				g.logged, g.refused = now, 0
 			}
 			return
@@ -125,4 +126,13 @@ func limitBody(w http.ResponseWriter, r *http.Request, timeout time.Duration) {
 		return
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout)) // unsupported by httptest.ResponseRecorder
+}
+
+// remoteOf names a connection's peer for the log: its address on TCP,
+// its uid and pid on the Unix socket (whose address is empty).
+func remoteOf(c net.Conn) string {
+	if p, ok := c.(*PeerConn); ok {
+		return fmt.Sprintf("unix uid=%d pid=%d", p.UID, p.PID)
+	}
+	return c.RemoteAddr().String()
 }

@@ -871,6 +871,33 @@ func TestTCPFloodLeavesTheSocketOpen(t *testing.T) {
 	sock.must(200, req{method: "GET", path: "/v1/status"})
 }
 
+// A socket connection closed at the bound is logged with its peer's uid
+// and pid (a socket peer has no address).
+func TestSocketConnectionsAtTheBoundAreLoggedWithTheirPeer(t *testing.T) {
+	t.Parallel()
+	logger, records := newRecordLogger()
+	e := setup(t, envOptions{cfg: Config{MaxUnauthenticatedConns: 1, ReadHeaderTimeout: time.Hour, Logger: logger}})
+	accepted := make(chan struct{}, 4)
+	e.srv.testHookConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			accepted <- struct{}{}
+		}
+	}
+	_, path := serveBoth(t, e)
+	for range 2 {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		<-accepted
+	}
+	rec := <-records
+	if want := fmt.Sprintf("unix uid=%d pid=%d", os.Geteuid(), os.Getpid()); attrs(rec)["remote"] != want {
+		t.Errorf("logged %q %v; want remote %q", rec.Message, attrs(rec), want)
+	}
+}
+
 // serveBoth runs e's server on a loopback TCP listener and a Unix socket
 // until the test ends, and returns their address and path.
 func serveBoth(t testing.TB, e *env) (tcpAddr, socketPath string) {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/syncd/syncd/internal/jsonstrict"
 	bolt "go.etcd.io/bbolt"
 )
@@ -517,7 +516,7 @@ func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app 
 		}
 		ent.Version++
 		ent.UpdatedAt = tx.now
-		ent.LastOperationID = uuid.NewString()
+		ent.LastOperationID = newID()
 		ent.SyncState, ent.SyncError = SyncPending, ""
 		op, err := tx.newOperation(ent, typ, ent.LastOperationID, "")
 		if err != nil {

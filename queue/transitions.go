@@ -217,7 +217,7 @@ func (tx *txw) queueResend(e *Entity, serverVersion int64) error {
 		return err
 	}
 	e.Version = min(max(e.Version, serverVersion), math.MaxInt64-1) + 1
-	e.LastOperationID = uuid.NewString()
+	e.LastOperationID = newID()
 	op, err := tx.newOperation(e, OpUpdate, e.LastOperationID, "")
 	if err != nil {
 		return err

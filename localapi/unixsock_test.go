@@ -530,22 +530,7 @@ func TestUnixSocketOtherUser(t *testing.T) {
 	// closed would still take connections meanwhile.
 	// A directory the other user can enter, holding a copy of this test
 	// binary it can run, and the socket's own directory.
-	base, err := os.MkdirTemp("/tmp", "syncd-uid-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(base, "localapi.test")
-	if err := copyFile(self, bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	base := otherUserBase(t)
 	sockDir := filepath.Join(base, "sock")
 	path := filepath.Join(sockDir, SocketFileName)
 
@@ -569,10 +554,7 @@ func TestUnixSocketOtherUser(t *testing.T) {
 
 	other := func() (result string, pid int) {
 		t.Helper()
-		cmd := exec.Command(bin, "-test.run=^TestUnixSocketOtherUserClient$", "-test.count=1")
-		cmd.Dir = base
-		cmd.Env = append(os.Environ(), envOtherUserSocket+"="+path)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUID, Gid: otherUID}}
+		cmd := otherUserCommand(base, "TestUnixSocketOtherUserClient", envOtherUserSocket+"="+path)
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("client as uid %d: %v\n%s", otherUID, err, out)
@@ -658,34 +640,16 @@ func TestClientRefusesAnotherUsersSocket(t *testing.T) {
 		t.Skip("needs root to run a listener as another user (CI runs as root)")
 	}
 	// Not parallel, as TestUnixSocketOtherUser.
-	base, err := os.MkdirTemp("/tmp", "syncd-uid-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
+	base := otherUserBase(t)
 	theirs := filepath.Join(base, "theirs")
 	if err := os.Mkdir(theirs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(base, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chown(theirs, otherUID, otherUID); err != nil {
 		t.Fatal(err)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(base, "localapi.test")
-	if err := copyFile(self, bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(theirs, SocketFileName)
-	cmd := exec.Command(bin, "-test.run=^TestUnixSocketOtherUserServer$", "-test.count=1")
-	cmd.Dir = base
-	cmd.Env = append(os.Environ(), envOtherUserServe+"="+path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUID, Gid: otherUID}}
+	cmd := otherUserCommand(base, "TestUnixSocketOtherUserServer", envOtherUserServe+"="+path)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -761,6 +725,39 @@ func TestListenUnixRefusesOpenAncestors(t *testing.T) {
 			t.Errorf("under another user's directory: %v", err)
 		}
 	}
+}
+
+// otherUserBase makes a directory under /tmp that another user may
+// enter, holding a copy of this test binary it may run (t.TempDir's are
+// 0700), removed when the test ends.
+func otherUserBase(t *testing.T) string {
+	t.Helper()
+	base, err := os.MkdirTemp("/tmp", "syncd-uid-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := copyFile(self, filepath.Join(base, "localapi.test"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return base
+}
+
+// otherUserCommand runs the test binary copied into base as uid
+// otherUID, in the helper mode of test with env set.
+func otherUserCommand(base, test, env string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(base, "localapi.test"), "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Dir = base
+	cmd.Env = append(os.Environ(), env)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUID, Gid: otherUID}}
+	return cmd
 }
 
 func copyFile(from, to string, mode fs.FileMode) error {

@@ -123,6 +123,7 @@ func (d *Daemon) request(op queue.Operation, token string) (transport.Request, e
 			// The version the change was made on: this device's own
 			// earlier writes and the pulls applied to the entity moved it.
 			r.BaseVersion = e.ServerVersion
+			r.BaseNone = e.Unbased
 		}
 	}
 	return r, nil
@@ -265,7 +266,7 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		}
 		d.logger.Info("daemon: the server holds a newer version written elsewhere; the entity is in conflict", "operation", op.ID,
 			"entityType", op.EntityType, "entityId", op.EntityID, "code", o.Code, "serverVersion", cur.Version)
-		if err := d.store.Conflict(ctx, op.ID, c.owner, o.Code, message(o), cur); err != nil {
+		if err := d.store.Conflict(ctx, op.ID, c.owner, o.Code, message(o), cur, o.Replayed); err != nil {
 			d.storeErr("conflict", op, err)
 		}
 	default: // Permanent, NeedsUserAction

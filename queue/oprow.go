@@ -322,33 +322,41 @@ func (w *txw) reconcile(e *Entity, dirty bool) error {
 		}
 		return w.entityEvent(e, EventEntityRemoved)
 	}
-	if head == nil && e.Server != nil && e.Server.Version > e.ServerVersion {
+	if head == nil && e.serverAhead() && !e.serverUnheld() {
 		// The last local change is settled, and a pull brought a newer
 		// record of the server meanwhile (another device's write, later
 		// than this device's): take it now, as the pull would have.
 		return w.adoptServer(e)
 	}
-	state, syncErr := SyncPending, ""
+	state, syncErr, code := SyncPending, "", ""
 	switch {
+	case head == nil && e.serverUnheld():
+		state, code = SyncStale, e.Server.Missing
+		syncErr = staleError(e.Server)
 	case head == nil:
 		state = SyncSynced
 	case head.State == StatePermanentFailed && head.Declined && IsConflictCode(head.LastErrorCode) && e.Server != nil:
-		state = SyncConflict
+		state, code = SyncConflict, head.LastErrorCode
 		syncErr = readableError(head)
 	case head.State == StatePermanentFailed:
-		state = SyncFailed
+		state, code = SyncFailed, head.LastErrorCode
 		syncErr = readableError(head)
 	}
-	if state != SyncConflict && e.Server != nil && e.Server.Version <= e.ServerVersion {
+	if state != SyncConflict && e.Server != nil && !e.serverAhead() && !e.serverUnheld() {
 		e.Server, dirty = nil, true // what it told is taken or superseded
 	}
-	if e.SyncState == state && e.SyncError == syncErr {
+	if e.SyncState == SyncStale || state == SyncStale {
+		if err := w.markRefresh(e, state == SyncStale && code == StaleRefreshNeeded); err != nil {
+			return err
+		}
+	}
+	if e.SyncState == state && e.SyncError == syncErr && e.SyncCode == code {
 		if dirty {
 			return w.saveEntity(e)
 		}
 		return nil
 	}
-	e.SyncState, e.SyncError = state, syncErr
+	e.SyncState, e.SyncError, e.SyncCode = state, syncErr, code
 	if err := w.saveEntity(e); err != nil {
 		return err
 	}
@@ -359,8 +367,14 @@ func (w *txw) reconcile(e *Entity, dirty bool) error {
 // or its removal.
 func (w *txw) adoptServer(e *Entity) error {
 	srv := *e.Server
-	e.Server, e.ServerVersion = nil, srv.Version
-	e.SyncState, e.SyncError = SyncSynced, ""
+	e.Server, e.ServerVersion, e.Unbased = nil, srv.Version, false
+	if srv.ID != "" {
+		e.ServerID = srv.ID
+	}
+	e.SyncState, e.SyncError, e.SyncCode = SyncSynced, "", ""
+	if err := w.markRefresh(e, false); err != nil {
+		return err
+	}
 	if srv.Deleted {
 		if err := w.deleteEntity(e.AccountID, e.Type, e.ID); err != nil {
 			return err

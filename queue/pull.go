@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -216,7 +217,7 @@ func (s *Store) ApplyChanges(ctx context.Context, account string, after string, 
 			st.FullPass, st.Seen = true, 0
 		}
 		for i := range changes {
-			if err := tx.applyChange(account, &changes[i], st.FullPass, &res); err != nil {
+			if err := tx.applyChange(account, &changes[i], st.FullPass, false, &res); err != nil {
 				return err
 			}
 		}
@@ -245,24 +246,39 @@ func (s *Store) ApplyChanges(ctx context.Context, account string, after string, 
 // cursor than the one stored.
 var ErrPullCursorMoved = errors.New("queue: pull cursor moved")
 
-func (tx *txw) applyChange(account string, c *Change, fullPass bool, res *PageResult) error {
+// applyChange applies one change of the feed, or with force set the
+// record a refresh read (taken unless older than what the entity knows:
+// the same version as known replaces local data the server may not hold).
+func (tx *txw) applyChange(account string, c *Change, fullPass, force bool, res *PageResult) error {
 	// What an app could not write, a pull does not store either: a bad
-	// type or id, data that is not one object within the data limit, or
-	// JSON that readers take in different ways.
+	// type or id, data that is not one object, or JSON that readers take
+	// in different ways.
 	if ValidateEntityType(c.EntityType) != nil || ValidateEntityID(c.EntityID) != nil || c.Version <= 0 ||
-		(!c.Deleted && (len(c.Data) == 0 || c.Data[0] != '{' || len(c.Data) > tx.s.cfg.MaxDataBytes ||
+		(!c.Deleted && len(c.Data) <= tx.s.cfg.MaxDataBytes && (len(c.Data) == 0 || c.Data[0] != '{' ||
 			jsonstrict.Check(c.Data, MaxDataDepth) != nil)) {
 		res.Skipped++
 		tx.s.cfg.Logger.Warn("queue: pulled change skipped: this store cannot hold it",
 			"type", c.EntityType, "id", c.EntityID, "version", c.Version)
 		return nil
 	}
+	// Data over this device's limit is not stored, and not skipped
+	// either: the entity turns stale (StaleTooLarge), so the app sees
+	// that the server holds a version this device does not.
+	missing := ""
 	if !c.Deleted {
 		// Stored data is canonical JSON, as an app's write makes it.
-		data, err := canonicalJSON(c.Data)
-		if err != nil || len(data) > tx.s.cfg.MaxDataBytes {
-			res.Skipped++
-			return nil
+		data, err := []byte(nil), error(nil)
+		if len(c.Data) <= tx.s.cfg.MaxDataBytes {
+			data, err = canonicalJSON(c.Data)
+			if err != nil {
+				res.Skipped++
+				return nil
+			}
+		}
+		if len(c.Data) > tx.s.cfg.MaxDataBytes || len(data) > tx.s.cfg.MaxDataBytes {
+			missing, data = StaleTooLarge, nil
+			tx.s.cfg.Logger.Warn("queue: pulled change over this device's data limit: the entity is stale until the limit is raised and it is refreshed",
+				"type", c.EntityType, "id", c.EntityID, "version", c.Version, "bytes", len(c.Data), "limit", tx.s.cfg.MaxDataBytes)
 		}
 		c.Data = data
 	}
@@ -288,17 +304,28 @@ func (tx *txw) applyChange(account string, c *Change, fullPass bool, res *PageRe
 		e = &Entity{AccountID: account, Type: c.EntityType, ID: c.EntityID, Data: c.Data,
 			SyncState: SyncSynced, ServerID: c.ServerID, ServerVersion: c.Version,
 			Version: 1, CreatedAt: tx.now, UpdatedAt: tx.now}
+		if missing != "" {
+			// Known to exist, its data not held here: data null, stale.
+			e.Server = &ServerState{Version: c.Version, Missing: missing}
+			e.SyncState, e.SyncCode, e.SyncError = SyncStale, missing, staleError(e.Server)
+		}
 		if err := tx.saveEntity(e); err != nil {
 			return err
 		}
 		res.Applied++
 		return tx.remoteEvent(e, EventEntityChanged)
 	}
-	known := e.ServerVersion
-	if e.Server != nil {
-		known = max(known, e.Server.Version)
-	}
-	if c.Version <= known {
+	srv := ServerState{ID: c.ServerID, Version: c.Version, Deleted: c.Deleted, Data: c.Data, Missing: missing}
+	if force {
+		// A record read again: taken unless older than what is known.
+		// (At the version known, it is what the server holds now.)
+		next := srv
+		next.Version++
+		if !e.newer(next) {
+			res.Skipped++
+			return nil
+		}
+	} else if !e.newer(srv) {
 		res.Skipped++
 		return nil
 	}
@@ -309,24 +336,38 @@ func (tx *txw) applyChange(account string, c *Change, fullPass bool, res *PageRe
 	if head != nil {
 		// Local changes wait to be sent: they win locally; the server's
 		// record is kept beside them.
-		e.Server = &ServerState{Version: c.Version, Deleted: c.Deleted, Data: c.Data}
 		if e.ServerID == "" {
 			e.ServerID = c.ServerID
 		}
+		e.setServer(srv)
 		res.Kept++
 		return tx.saveEntity(e)
 	}
 	res.Applied++
 	if c.Deleted {
+		if err := tx.markRefresh(e, false); err != nil {
+			return err
+		}
 		if err := tx.deleteEntity(account, c.EntityType, c.EntityID); err != nil {
 			return err
 		}
 		e.SyncState = SyncSynced
 		return tx.remoteEvent(e, EventEntityRemoved)
 	}
+	if missing != "" {
+		e.setServer(srv)
+		return tx.reconcile(e, true)
+	}
+	if force && e.SyncState == SyncSynced && e.Server == nil && e.ServerID == c.ServerID &&
+		e.ServerVersion == c.Version && bytes.Equal(e.Data, c.Data) {
+		return nil // as the server holds it
+	}
+	if err := tx.markRefresh(e, false); err != nil {
+		return err
+	}
 	e.Data, e.Deleted, e.Server = c.Data, false, nil
-	e.ServerVersion, e.ServerID = c.Version, c.ServerID
-	e.SyncState, e.SyncError = SyncSynced, ""
+	e.ServerVersion, e.ServerID, e.Unbased = c.Version, c.ServerID, false
+	e.SyncState, e.SyncError, e.SyncCode = SyncSynced, "", ""
 	e.Version++
 	e.UpdatedAt = tx.now
 	// What the server holds is this change's data, not a local
@@ -368,7 +409,18 @@ func (tx *txw) endFullPass(account string) (int, error) {
 			return 0, err
 		}
 		if head != nil {
-			continue // unsent local changes are never removed by a pull
+			// Unsent local changes are never removed by a pull; but the
+			// server no longer holds the record (deleted and swept):
+			// that is kept beside them, so their answer and a resolve
+			// know it.
+			id, v := e.known()
+			if srv := (ServerState{ID: id, Version: v + 1, Deleted: true}); e.newer(srv) {
+				e.setServer(srv)
+				if err := tx.saveEntity(e); err != nil {
+					return 0, err
+				}
+			}
+			continue
 		}
 		if err := tx.deleteEntity(account, e.Type, e.ID); err != nil {
 			return 0, err
@@ -394,11 +446,18 @@ func (tx *txw) remoteEvent(e *Entity, typ string) error {
 }
 
 // Conflict records that the server refused the operation id (held by
-// owner) because it holds a newer version of the entity, or deleted it:
+// owner) because it holds a newer version of the entity, or deleted it
+// (server.ID empty: the record the operation was sent to):
 // the operation fails declined (no attempt of it was applied, so the
 // next attempt goes under a new key), and its entity turns conflict with
 // the server's record beside the local data.
-func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, server ServerState) error {
+//
+// replayed says the answer is the server's stored one, as old as the
+// key's first execution. A record without a version (a 410 or 404 says
+// only that the server no longer holds it live) is taken as newer than
+// anything known when the answer is fresh: the server holds nothing live
+// now.
+func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, server ServerState, replayed bool) error {
 	return s.update(ctx, func(tx *txw) error {
 		op, err := tx.failOwned(id, owner, code, message, true, false)
 		if err != nil {
@@ -411,17 +470,32 @@ func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, s
 		srv := server
 		if srv.Deleted {
 			srv.Data = nil
-		} else if c, err := canonicalJSON(srv.Data); err == nil {
+		} else if c, err := canonicalJSON(srv.Data); err == nil && len(c) <= tx.s.cfg.MaxDataBytes {
 			srv.Data = c
 		} else {
-			srv.Data = nil // not an object this store can hold: the record is still shown by version
+			// Not an object this store can hold: the record is still
+			// shown by version, and taking it makes the entity stale.
+			srv.Missing = StaleRefreshNeeded
+			if len(srv.Data) > tx.s.cfg.MaxDataBytes || len(c) > tx.s.cfg.MaxDataBytes {
+				srv.Missing = StaleTooLarge
+			}
+			srv.Data = nil
 		}
-		if srv.Version <= e.ServerVersion {
-			// An answer without the record's version (a 410): the server
-			// is past the version the change was made on.
+		if srv.Version <= e.ServerVersion && (srv.ID == "" || srv.ID == e.ServerID) {
+			// An answer without the record's version (a 410, a 404): the
+			// server is past the version the change was made on, and if
+			// the answer is fresh, past anything known of the record.
 			srv.Version = e.ServerVersion + 1
+			if !replayed && e.Server != nil && (e.Server.ID == "" || e.Server.ID == e.ServerID) {
+				srv.Version = max(srv.Version, e.Server.Version+1)
+			}
 		}
-		e.Server = &srv
+		// The newer of what the answer says and what a pull brought
+		// meanwhile: a replayed answer is as old as its first execution,
+		// and a pull may land between the server's answer and this.
+		if e.newer(srv) {
+			e.setServer(srv)
+		}
 		return tx.reconcile(e, true)
 	})
 }
@@ -461,6 +535,9 @@ func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app 
 			return fmt.Errorf("%w: %s/%s is %s", ErrNoConflict, entityType, id, ent.SyncState)
 		}
 		srv := *ent.Server
+		if srv.ID != "" {
+			ent.ServerID = srv.ID // another record under the same id: the one to write to
+		}
 		ops, err := tx.partitionOps(account, entityType, id)
 		if err != nil {
 			return err
@@ -470,7 +547,7 @@ func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app 
 				return err
 			}
 		}
-		ent.Server, ent.ServerVersion = nil, srv.Version
+		ent.Server, ent.ServerVersion, ent.Unbased = nil, srv.Version, false
 		ent.SyncedOperationID = ""
 		if take == TakeServer {
 			if srv.Deleted {
@@ -481,6 +558,17 @@ func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app 
 				ent.SyncState = SyncSynced
 				e = *ent
 				return tx.entityEvent(ent, EventEntityRemoved)
+			}
+			if srv.Data == nil {
+				// Its data is not held here: the local data stays, stale
+				// until the record is read again.
+				ent.Deleted = false
+				ent.Server = &ServerState{Version: srv.Version, Missing: cmp.Or(srv.Missing, StaleRefreshNeeded)}
+				if err := tx.reconcile(ent, true); err != nil {
+					return err
+				}
+				e = *ent
+				return nil
 			}
 			ent.Data, ent.Deleted = srv.Data, false
 			ent.Version++
@@ -517,7 +605,7 @@ func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app 
 		ent.Version++
 		ent.UpdatedAt = tx.now
 		ent.LastOperationID = newID()
-		ent.SyncState, ent.SyncError = SyncPending, ""
+		ent.SyncState, ent.SyncError, ent.SyncCode = SyncPending, "", ""
 		op, err := tx.newOperation(ent, typ, ent.LastOperationID, "")
 		if err != nil {
 			return err
@@ -536,4 +624,61 @@ func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app 
 		return tx.entityEvent(ent, EventEntityChanged)
 	})
 	return e, removed, err
+}
+
+// newer reports whether s, a record of the server under e's client id,
+// is newer than what e knows of the server: the record e is based on
+// (ServerID at ServerVersion) and the one kept beside it (Server).
+// Another server id than both is another record: the one e knew was
+// deleted and swept and the id created again, so it is newer whatever
+// its version. The record e is based on is never newer than a Server of
+// another id, which the feed brought after it.
+func (e *Entity) newer(s ServerState) bool {
+	id := cmp.Or(s.ID, e.ServerID)
+	if e.Server != nil {
+		sid := cmp.Or(e.Server.ID, e.ServerID)
+		switch {
+		case id == sid:
+			return s.Version > e.Server.Version
+		case sid != e.ServerID:
+			return id != e.ServerID // the old record is older; a third is newer
+		}
+	}
+	if e.ServerID == "" || id == e.ServerID {
+		return s.Version > e.ServerVersion
+	}
+	return true
+}
+
+// known is the newest record of the server e knows: its id and version.
+func (e *Entity) known() (string, int64) {
+	if e.Server != nil {
+		if id := cmp.Or(e.Server.ID, e.ServerID); id != e.ServerID || e.Server.Version > e.ServerVersion {
+			return id, e.Server.Version
+		}
+	}
+	return e.ServerID, e.ServerVersion
+}
+
+// serverUnheld reports whether e.Server is a live record of the server,
+// at least as new as the one e is based on, whose data this device does
+// not hold (ServerState.Missing): with nothing local to send, e is stale.
+func (e *Entity) serverUnheld() bool {
+	return e.Server != nil && e.Server.Missing != "" && !e.Server.Deleted &&
+		(e.Server.Version >= e.ServerVersion || e.Server.ID != "" && e.Server.ID != e.ServerID)
+}
+
+// serverAhead reports whether e.Server is newer than the record e is
+// based on.
+func (e *Entity) serverAhead() bool {
+	return e.Server != nil && (e.Server.Version > e.ServerVersion || e.Server.ID != "" && e.Server.ID != e.ServerID)
+}
+
+// setServer keeps s beside e as the server's record, its ID left empty
+// when it is the record e is based on.
+func (e *Entity) setServer(s ServerState) {
+	if s.ID == e.ServerID {
+		s.ID = ""
+	}
+	e.Server = &s
 }

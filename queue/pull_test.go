@@ -144,8 +144,14 @@ func TestApplyChangesRules(t *testing.T) {
 		Change{EntityType: "note", EntityID: "y", Version: 1, Data: json.RawMessage(`[1]`)},
 		Change{EntityType: "note", EntityID: "dup", Version: 1, Data: json.RawMessage(`{"a":1,"a":2}`)},
 		Change{EntityType: "note", EntityID: "big", Version: 1, Data: json.RawMessage(`{"a":"` + strings.Repeat("x", DefaultMaxDataBytes) + `"}`)})
-	if res.Skipped != 4 {
+	if res.Skipped != 3 || res.Applied != 1 {
 		t.Fatalf("unholdable changes: %+v", res)
+	}
+	// One over this device's data limit is not skipped: the entity is
+	// there, stale, its data not held (issue 25, case 9).
+	big, ok := entity(t, s, "big")
+	if !ok || big.SyncState != SyncStale || big.SyncCode != StaleTooLarge || big.Data != nil || big.ServerVersion != 1 {
+		t.Fatalf("big: %+v", big)
 	}
 }
 
@@ -204,7 +210,7 @@ func TestConflictAndResolve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "the server holds version 2", server); err != nil {
+		if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "the server holds version 2", server, false); err != nil {
 			t.Fatal(err)
 		}
 		e, _ := entity(t, s, id)

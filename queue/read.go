@@ -15,10 +15,12 @@ import (
 
 // Reads run in short read transactions and return copies.
 
-// GetEntity returns a live (not deleted) entity of account.
+// GetEntity returns a live (not deleted) entity of account, or one
+// deleted locally whose delete needs the user (a conflict, a failure):
+// the app must be able to see and resolve it.
 func (s *Store) GetEntity(account, entityType, id string) (Entity, error) {
 	e, err := s.EntityRow(account, entityType, id)
-	if err == nil && e.Deleted {
+	if err == nil && e.Deleted && !e.needsUser() {
 		return Entity{}, fmt.Errorf("%w: %s/%s", ErrEntityNotFound, entityType, id)
 	}
 	return e, err
@@ -98,7 +100,9 @@ func (s *Store) ListEntities(account, entityType string, opts ListOptions) (item
 				return err
 			}
 			last = e.ID
-			if e.Deleted || opts.SyncState != "" && e.SyncState != opts.SyncState {
+			// Deleted entities whose delete needs the user are listed
+			// by the state that says so, not with the live ones.
+			if e.Deleted && (opts.SyncState == "" || !e.needsUser()) || opts.SyncState != "" && e.SyncState != opts.SyncState {
 				continue
 			}
 			items = append(items, *e)
@@ -107,6 +111,12 @@ func (s *Store) ListEntities(account, entityType string, opts ListOptions) (item
 		return nil
 	})
 	return items, next, err
+}
+
+// needsUser reports whether e waits for the user: in conflict, failed,
+// or stale.
+func (e *Entity) needsUser() bool {
+	return e.SyncState == SyncConflict || e.SyncState == SyncFailed
 }
 
 // GetOperation returns an operation by id.

@@ -58,6 +58,10 @@ const (
 	entServerRecVersion // Entity.Server, present when entServerRecVersion is
 	entServerRecDeleted
 	entServerRecData
+	entServerRecID // Entity.Server.ID, when another record than ServerID
+	entUnbased
+	entServerRecMissing
+	entSyncCode
 	entFields
 )
 
@@ -96,7 +100,7 @@ const (
 var (
 	stateTable     = []string{string(StatePending), string(StateSending), string(StateRetryWaiting), string(StateDone), string(StatePermanentFailed)}
 	opTypeTable    = []string{string(OpCreate), string(OpUpdate), string(OpDelete)}
-	syncStateTable = []string{string(SyncPending), string(SyncSynced), string(SyncFailed), string(SyncConflict)}
+	syncStateTable = []string{string(SyncPending), string(SyncSynced), string(SyncFailed), string(SyncConflict), string(SyncStale)}
 )
 
 const (
@@ -409,7 +413,13 @@ func encodeEntity(e *Entity, refs []uint64) []byte {
 		w.int(entServerRecVersion, max(e.Server.Version, 1))
 		w.bool(entServerRecDeleted, e.Server.Deleted)
 		w.bytes(entServerRecData, e.Server.Data)
+		w.str(entServerRecID, e.Server.ID)
 	}
+	w.bool(entUnbased, e.Unbased)
+	if e.Server != nil {
+		w.str(entServerRecMissing, e.Server.Missing)
+	}
+	w.str(entSyncCode, e.SyncCode)
 	return w.finish()
 }
 
@@ -457,7 +467,13 @@ func decodeEntityRow(k, v []byte, alias bool) (e *Entity, refs []uint64, err err
 		if data := r.bytes(entServerRecData); len(data) > 0 {
 			e.Server.Data = bytes.Clone(data)
 		}
+		e.Server.ID = r.str(entServerRecID)
 	}
+	e.Unbased = r.is(entUnbased)
+	if e.Server != nil {
+		e.Server.Missing = r.str(entServerRecMissing)
+	}
+	e.SyncCode = r.str(entSyncCode)
 	if err := r.done(); err != nil {
 		return nil, nil, fmt.Errorf("queue: decode entity %q: %w", k, err)
 	}
@@ -483,6 +499,9 @@ func entityDataRefs(v []byte) (data []byte, refs []uint64, err error) {
 	r.int(entServerVersion)
 	r.int(entServerRecVersion)
 	r.bytes(entServerRecData)
+	r.skipStr(entServerRecID)
+	r.skipStr(entServerRecMissing)
+	r.skipStr(entSyncCode)
 	return data, refs, r.done()
 }
 

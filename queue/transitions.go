@@ -158,11 +158,20 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 	if c.ServerID != "" && e.ServerID != c.ServerID {
 		e.ServerID, changed = c.ServerID, true
 	}
-	if c.ServerVersion > e.ServerVersion {
+	switch {
+	case op.Type == OpCreate && c.OtherData:
+		// Another device created the record first: its version is not
+		// one the local data was made on. What follows goes with
+		// baseVersion 0 (Entity.Unbased), and the feed brings the
+		// record beside the local data.
+		if !e.Unbased {
+			e.Unbased, changed = true, true
+		}
+	case c.ServerVersion > e.ServerVersion || c.ServerVersion > 0 && e.Unbased:
 		// The version this device's own write made: the later ones of
 		// the partition are based on it, and the feed's echo of it is
 		// skipped.
-		e.ServerVersion, changed = c.ServerVersion, true
+		e.ServerVersion, e.Unbased, changed = c.ServerVersion, false, true
 	}
 	// The server now holds this op's data; after a delete, no data of the
 	// entity (a create made again behind it sets it anew).
@@ -494,9 +503,21 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 			if err := tx.saveEntity(e); err != nil {
 				return err
 			}
-		case op.Type == OpUpdate && op.Declined:
-			if err := tx.revertToSynced(e); err != nil {
-				return err
+		case op.Type == OpUpdate:
+			// Back to what the server holds: the last synced payload
+			// (after a refusal), or the server's record if a pull kept it
+			// beside the entity (reconcile takes it); otherwise read
+			// again from the server (stale until then).
+			reverted := false
+			if op.Declined {
+				if reverted, err = tx.revertToSynced(e); err != nil {
+					return err
+				}
+			}
+			if !reverted {
+				if err := tx.needRefresh(e); err != nil {
+					return err
+				}
 			}
 		}
 		return tx.reconcileEntity(op.AccountID, op.EntityType, op.EntityID)
@@ -509,31 +530,35 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 // still kept. (With updates queued behind, the discarded change is in
 // their data too, and the entity stays as it is.) The caller reconciles
 // the entity, which reports the change.
-func (tx *txw) revertToSynced(e *Entity) error {
-	if e.SyncedOperationID == "" {
-		return nil
-	}
+//
+// reverted is false when what the server holds is not known here: no
+// synced operation (a pulled entity), or it was swept. (With updates
+// queued behind, it is true: they carry the data on.)
+func (tx *txw) revertToSynced(e *Entity) (reverted bool, err error) {
 	head, err := tx.partitionHead(e.AccountID, e.Type, e.ID)
 	if err != nil || head != nil {
-		return err
+		return head != nil, err
+	}
+	if e.SyncedOperationID == "" || e.serverAhead() {
+		return false, nil
 	}
 	synced, err := tx.loadOp(e.SyncedOperationID)
 	if errors.Is(err, ErrOperationNotFound) {
-		return nil // swept: the local data stays
+		return false, nil // swept
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	// Swept, and the id taken again by another write (an app may reuse
 	// an Idempotency-Key once its operation is gone): not this entity's.
 	if synced.State != StateDone || synced.Type == OpDelete || synced.AccountID != e.AccountID ||
 		synced.EntityType != e.Type || synced.EntityID != e.ID || len(synced.Payload) == 0 {
-		return nil
+		return false, nil
 	}
 	e.Data = synced.Payload
 	e.Version++
 	e.UpdatedAt = tx.now
-	return tx.saveEntity(e)
+	return true, tx.saveEntity(e)
 }
 
 // resendIfUnsynced is part of discarding a delete of e that the server

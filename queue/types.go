@@ -35,6 +35,20 @@ const (
 	// app resolves it (Store.Resolve, or a new update made on the
 	// server's version).
 	SyncConflict SyncState = "conflict"
+	// SyncStale: the server holds a version of the entity whose data
+	// this device does not hold, and no local change of it waits to be
+	// sent: the local data is older than the server's. SyncCode says
+	// why: StaleTooLarge (the server's version is bigger than this
+	// device's data limit) or StaleRefreshNeeded (a discarded change
+	// left data the server may not hold; the daemon reads the record
+	// again by itself). A refresh (POST .../refresh) settles it.
+	SyncStale SyncState = "stale"
+)
+
+// Why an entity is stale (Entity.SyncCode, ServerState.Missing).
+const (
+	StaleTooLarge      = "too_large"
+	StaleRefreshNeeded = "refresh_needed"
 )
 
 // ServerState is what this device knows of the server's record of an
@@ -42,9 +56,19 @@ const (
 // answer carried, or a change the pull brought while the entity had
 // local changes still unsent.
 type ServerState struct {
+	// ID is the server's id of the record. Empty: the record the entity
+	// is based on (Entity.ServerID). Another id than ServerID is another
+	// record under the same client id: the one the entity was based on
+	// was deleted and swept, and the id was created again. Such a record
+	// is newer than anything known of the old one, whatever its version.
+	ID      string          `json:"id,omitempty"`
 	Version int64           `json:"version"`
 	Deleted bool            `json:"deleted,omitempty"`
 	Data    json.RawMessage `json:"data,omitempty"`
+	// Missing is set when the record is live but this device does not
+	// hold its data (Data is absent), and says why: StaleTooLarge, or
+	// StaleRefreshNeeded.
+	Missing string `json:"missing,omitempty"`
 }
 
 // Entity is one record of an app, as stored locally.
@@ -60,6 +84,9 @@ type Entity struct {
 	SyncState SyncState `json:"syncState"`
 	ServerID  string    `json:"serverId,omitempty"`
 	SyncError string    `json:"syncError,omitempty"`
+	// SyncCode is the stable code of SyncError: the failed operation's
+	// error code (failed, conflict), or why the entity is stale.
+	SyncCode string `json:"syncCode,omitempty"`
 	// Version counts the local changes to this entity, starting at 1:
 	// the app's writes, the revert when a refused update is discarded,
 	// and the update queued when the server kept other data under a
@@ -89,6 +116,14 @@ type Entity struct {
 	// change while local changes were unsent (the local data wins
 	// locally until the server's answer to them decides). Nil otherwise.
 	Server *ServerState `json:"server,omitempty"`
+	// Unbased is set when the server holds a record under this client
+	// id (ServerID) that the local data was made on no version of: this
+	// device's create was answered with a record another device created
+	// first. Updates and deletes then go with baseVersion 0, so a server
+	// with a conflict policy refuses them instead of taking them as made
+	// on its current version. Cleared once the entity is based on a
+	// version the server answered or the feed brought.
+	Unbased bool `json:"-"`
 }
 
 // Operation is one user intent waiting to reach (or having reached) the

@@ -212,6 +212,11 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		// server id (the server brings a deleted record back).
 		e.Data, e.Deleted, e.CreatedAt = w.Data, false, now
 	case OpUpdate:
+		if e.Data == nil {
+			// A record pulled over the data limit: there is nothing to
+			// lay the patch over (see SyncStale).
+			return Result{}, fmt.Errorf("%w: %s/%s: its data is not held on this device (%s): refresh it, or raise the data limit", ErrInvalidWrite, w.EntityType, w.EntityID, e.SyncCode)
+		}
 		merged, err := mergePatch(e.Data, w.Data)
 		if err != nil {
 			return Result{}, fmt.Errorf("%w: %v", ErrInvalidWrite, err)
@@ -223,17 +228,22 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	case OpDelete:
 		e.Deleted = true
 	}
+	serverDeleted := e.Server != nil && e.Server.Deleted
 	if e.SyncState == SyncConflict && e.Server != nil {
 		// The app's write on an entity in conflict is its resolution: a
 		// change made on the server's current version.
-		e.ServerVersion = max(e.ServerVersion, e.Server.Version)
-		e.Server = nil
+		if e.Server.ID != "" && e.Server.ID != e.ServerID {
+			e.ServerID, e.ServerVersion = e.Server.ID, e.Server.Version
+		} else {
+			e.ServerVersion = max(e.ServerVersion, e.Server.Version)
+		}
+		e.Server, e.Unbased = nil, false
 	}
 	e.Version++
 	e.UpdatedAt = now
 	e.LastOperationID = w.OperationID
 	e.SyncState = SyncPending
-	e.SyncError = ""
+	e.SyncError, e.SyncCode = "", ""
 
 	op, err := tx.newOperation(e, w.Op, w.OperationID, w.RequestFingerprint)
 	if err != nil {
@@ -247,6 +257,25 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	}
 	if w.Op == OpDelete && head != nil && head.State == StatePermanentFailed && head.Declined {
 		return tx.deleteOverDeclined(e, op, head)
+	}
+	if w.Op == OpCreate && head != nil && head.State == StatePermanentFailed && head.Declined && head.Type == OpDelete {
+		// The app makes again an entity whose delete the server refused
+		// (another device edited it meanwhile: a conflict, or another
+		// refusal). The delete never reached the server and goes unsent:
+		// the create is the app's resolution. While the server holds the
+		// record live, the create is an update of it, made on its current
+		// version (taken above); a record it deleted is brought back by
+		// the create.
+		if err := tx.purgeOp(head); err != nil {
+			return Result{}, err
+		}
+		if e.ServerID != "" && !serverDeleted {
+			op.Type = OpUpdate
+			op.PayloadFingerprint = payloadFingerprint(op)
+		}
+		if head, err = tx.partitionHead(w.AccountID, w.EntityType, w.EntityID); err != nil {
+			return Result{}, err
+		}
 	}
 	op.After = w.After
 	if w.Op != OpCreate && head != nil && tx.s.mergeable[w.EntityType] && w.After == "" {
@@ -264,7 +293,7 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	// user acts on it.
 	renew := w.Op == OpUpdate && head != nil && head.State == StatePermanentFailed && head.Declined && head.Type != OpDelete
 	if head != nil && head.State == StatePermanentFailed && !renew {
-		e.SyncState, e.SyncError = SyncFailed, readableError(head)
+		e.SyncState, e.SyncError, e.SyncCode = SyncFailed, readableError(head), head.LastErrorCode
 	}
 
 	if err := tx.saveEntity(e); err != nil {

@@ -292,7 +292,10 @@ func (c *Client) classify(r Request, tr typeRoutes, resp *http.Response, body []
 		return o
 	case st == http.StatusConflict && o.ServerCode == ServerCodeVersionConflict:
 		o.Decision, o.Code, o.Current = Conflict, CodeVersionConflict, conflictCurrent(body)
-	case st == http.StatusGone && r.Op == OpUpdate:
+	case (st == http.StatusGone || st == http.StatusNotFound) && r.Op == OpUpdate && r.ServerID != "":
+		// The record the update was made on is deleted there (410), or
+		// deleted and swept (404): the same conflict either way, since
+		// the server once had it under this id.
 		o.Decision, o.Code, o.Current = Conflict, CodeDeletedOnServer, &Current{Deleted: true}
 	case st == http.StatusRequestTimeout:
 		o.Decision, o.Code = Retry, CodeRequestTimeout

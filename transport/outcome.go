@@ -84,7 +84,7 @@ const (
 
 	// Permanent.
 	CodeForbidden        = "forbidden"          // 403
-	CodeNotFound         = "not_found"          // 404 on create or update (Done on delete)
+	CodeNotFound         = "not_found"          // 404 on a create, or on an update without a server id (Done on delete)
 	CodeGone             = "gone"               // 410 on create or update: deleted on the server (Done on delete)
 	CodePayloadConflict  = "payload_conflict"   // 422 idempotency_key_reused
 	CodeMissingServerID  = "missing_server_id"  // route needs {serverId}, Request has none; nothing sent
@@ -99,7 +99,7 @@ const (
 
 	// Conflict.
 	CodeVersionConflict = "version_conflict"  // 409 version_conflict: the server holds a newer version
-	CodeDeletedOnServer = "deleted_on_server" // 410 on an update: another device deleted the record
+	CodeDeletedOnServer = "deleted_on_server" // 410 or 404 on an update of a record the server had: another device deleted it
 )
 
 // Server error codes with a meaning for the protocol.

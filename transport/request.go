@@ -53,8 +53,16 @@ type Request struct {
 	// update in the body and by delete as ?baseVersion=N, so a server
 	// with a conflict policy can refuse a write made on a version older
 	// than its own (409 version_conflict). 0: the server never had the
-	// entity as far as this device knows, and nothing is sent.
+	// entity as far as this device knows, and nothing is sent, unless
+	// BaseNone is set.
 	BaseVersion int64
+
+	// BaseNone says that the change was made on no version of the
+	// server's record although the server holds one (a create answered
+	// with the record another device created first under the same id):
+	// baseVersion 0 is sent, which a server with a conflict policy
+	// refuses instead of applying the change as made on its version.
+	BaseNone bool
 
 	// Token is the bearer token of the operation's account, taken from
 	// the current session, never from the payload.
@@ -72,7 +80,16 @@ type createBody struct {
 type updateBody struct {
 	Data           json.RawMessage `json:"data"`
 	PayloadVersion int64           `json:"payloadVersion"`
-	BaseVersion    int64           `json:"baseVersion,omitempty"`
+	BaseVersion    *int64          `json:"baseVersion,omitempty"`
+}
+
+// base is the baseVersion r sends, nil for none.
+func (r Request) base() *int64 {
+	if r.BaseVersion > 0 || r.BaseNone {
+		v := max(r.BaseVersion, 0)
+		return &v
+	}
+	return nil
 }
 
 // invalid is the Outcome of a Request that is not sent.
@@ -116,7 +133,7 @@ func (c *Client) build(r Request) (*http.Request, typeRoutes, *Outcome) {
 	case OpCreate:
 		rt, body = tr.create, createBody{ClientID: r.EntityID, Data: r.Data, PayloadVersion: r.PayloadVersion}
 	case OpUpdate:
-		rt, body = tr.update, updateBody{Data: r.Data, PayloadVersion: r.PayloadVersion, BaseVersion: r.BaseVersion}
+		rt, body = tr.update, updateBody{Data: r.Data, PayloadVersion: r.PayloadVersion, BaseVersion: r.base()}
 	case OpDelete:
 		rt = tr.delete
 	default:
@@ -147,12 +164,12 @@ func (c *Client) build(r Request) (*http.Request, typeRoutes, *Outcome) {
 	}
 
 	target := c.baseURL + expand(rt.path, r)
-	if r.Op == OpDelete && r.BaseVersion > 0 {
+	if base := r.base(); r.Op == OpDelete && base != nil {
 		sep := "?"
 		if strings.Contains(target, "?") {
 			sep = "&"
 		}
-		target += sep + "baseVersion=" + strconv.FormatInt(r.BaseVersion, 10)
+		target += sep + "baseVersion=" + strconv.FormatInt(*base, 10)
 	}
 	hr, err := http.NewRequest(rt.method, target, nil)
 	if err != nil {

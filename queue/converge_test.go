@@ -1,0 +1,293 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// Tests of the divergences of issue 25 that the store settles: each
+// failed before its fix.
+
+// pulled puts note/id on the device as the feed brings it: synced, at
+// version v of server record srvID.
+func pulled(t *testing.T, s *Store, id, srvID string, v int64, data string) {
+	t.Helper()
+	st, err := s.LoadPullState("acct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := st.Cursor + "+"
+	c := Change{EntityType: "note", EntityID: id, ServerID: srvID, Version: v}
+	if data == "" {
+		c.Deleted = true
+	} else {
+		c.Data = json.RawMessage(data)
+	}
+	applyPage(t, s, st.Cursor, next, false, c)
+}
+
+func claim(t *testing.T, s *Store) Operation {
+	t.Helper()
+	op, err := s.Claim(context.Background(), "acct", "w", time.Minute)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	return op
+}
+
+// TestConflictKeepsTheNewerServerRecord (case 2): a pull lands v3 beside
+// an update in flight; the server's 409 answer (replayed, or racing the
+// pull) carries v2. The entity keeps v3, and resolving takes v3.
+func TestConflictKeepsTheNewerServerRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, replayed := range []bool{true, false} {
+		s, _ := setup(t, Config{})
+		pulled(t, s, "n", "srv-n", 1, `{"v":1}`)
+		mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
+		op := claim(t, s)
+		pulled(t, s, "n", "srv-n", 3, `{"v":3}`)
+		if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "newer", ServerState{Version: 2, Data: json.RawMessage(`{"v":2}`)}, replayed); err != nil {
+			t.Fatal(err)
+		}
+		e, _ := entity(t, s, "n")
+		if e.SyncState != SyncConflict || e.Server == nil || e.Server.Version != 3 || string(e.Server.Data) != `{"v":3}` {
+			t.Fatalf("replayed=%v: %+v server %+v", replayed, e, e.Server)
+		}
+		e, _, err := s.Resolve(ctx, "acct", "note", "n", TakeServer, "")
+		if err != nil || e.ServerVersion != 3 || string(e.Data) != `{"v":3}` || e.SyncState != SyncSynced {
+			t.Fatalf("take server: %+v %v", e, err)
+		}
+	}
+}
+
+// TestFreshGoneAnswerIsNewest (case 2, deletes): a fresh 410 on an update
+// says the record is deleted now, newer than a live version a pull kept
+// beside the entity; a replayed one does not override it.
+func TestFreshGoneAnswerIsNewest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, replayed := range []bool{false, true} {
+		s, _ := setup(t, Config{})
+		pulled(t, s, "n", "srv-n", 1, `{"v":1}`)
+		mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
+		op := claim(t, s)
+		pulled(t, s, "n", "srv-n", 3, `{"v":3}`)
+		if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}, replayed); err != nil {
+			t.Fatal(err)
+		}
+		e, _ := entity(t, s, "n")
+		if e.Server == nil || e.Server.Deleted == replayed {
+			t.Fatalf("replayed=%v: server %+v", replayed, e.Server)
+		}
+	}
+}
+
+// TestRecreatedRecordIsAnotherRecord (case 3): the server's record was
+// deleted, swept and created again under the same client id (a new
+// server id at version 1): the device takes it, whatever the version it
+// had; with local changes unsent, it is kept beside them, a 404 for the
+// old record does not replace it, and resolving writes to the new one.
+func TestRecreatedRecordIsAnotherRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("synced", func(t *testing.T) {
+		s, _ := setup(t, Config{})
+		pulled(t, s, "n", "srv-old", 5, `{"v":"old"}`)
+		pulled(t, s, "n", "srv-new", 1, `{"v":"new"}`)
+		e, _ := entity(t, s, "n")
+		if e.ServerID != "srv-new" || e.ServerVersion != 1 || string(e.Data) != `{"v":"new"}` || e.SyncState != SyncSynced {
+			t.Fatalf("%+v", e)
+		}
+		// The page read again: skipped.
+		pulled(t, s, "n", "srv-new", 1, `{"v":"new"}`)
+		if e2, _ := entity(t, s, "n"); e2.Version != e.Version {
+			t.Fatalf("a page read again changed it: %+v", e2)
+		}
+	})
+	t.Run("edited", func(t *testing.T) {
+		s, _ := setup(t, Config{})
+		pulled(t, s, "n", "srv-old", 5, `{"v":"old"}`)
+		mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
+		pulled(t, s, "n", "srv-new", 1, `{"v":"new"}`)
+		op := claim(t, s)
+		// The update went to srv-old: 404, deleted on the server.
+		if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}, false); err != nil {
+			t.Fatal(err)
+		}
+		e, _ := entity(t, s, "n")
+		if e.SyncState != SyncConflict || e.Server == nil || e.Server.ID != "srv-new" || e.Server.Deleted {
+			t.Fatalf("%+v server %+v", e, e.Server)
+		}
+		e, _, err := s.Resolve(ctx, "acct", "note", "n", TakeLocal, "")
+		if err != nil || e.ServerID != "srv-new" || e.ServerVersion != 1 || string(e.Data) != `{"v":"mine"}` {
+			t.Fatalf("take local: %+v %v", e, err)
+		}
+		if op := claim(t, s); op.Type != OpUpdate {
+			t.Fatalf("the resolution is a %s", op.Type)
+		}
+	})
+}
+
+// TestDiscardOfPulledEntityRefreshes (case 4): discarding a refused
+// update of an entity the server's data of which is not kept (pulled,
+// no synced operation) does not leave the refused data synced: the
+// entity is stale until the record is read again.
+func TestDiscardOfPulledEntityRefreshes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	pulled(t, s, "n", "srv-n", 2, `{"v":"server"}`)
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"refused"}`)})
+	op := claim(t, s)
+	if err := s.Decline(ctx, op.ID, "w", "validation", "no"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Discard(ctx, op.ID); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := entity(t, s, "n")
+	if e.SyncState != SyncStale || e.SyncCode != StaleRefreshNeeded {
+		t.Fatalf("after the discard: %+v", e)
+	}
+	refs, err := s.NeedsRefresh("acct", 10)
+	if err != nil || len(refs) != 1 || refs[0] != (EntityRef{Type: "note", ID: "n"}) {
+		t.Fatalf("refresh set %v %v", refs, err)
+	}
+	// The record read again, at the version known: taken.
+	e, removed, err := s.ApplyRecord(ctx, "acct", "note", "n", &Change{EntityType: "note", EntityID: "n", ServerID: "srv-n", Version: 2, Data: json.RawMessage(`{"v":"server"}`)})
+	if err != nil || removed || e.SyncState != SyncSynced || string(e.Data) != `{"v":"server"}` || e.Server != nil {
+		t.Fatalf("refreshed: %+v %v %v", e, removed, err)
+	}
+	if refs, _ := s.NeedsRefresh("acct", 10); len(refs) != 0 {
+		t.Fatalf("still in the refresh set: %v", refs)
+	}
+	// A record older than known (a replica behind) changes nothing.
+	e, _, err = s.ApplyRecord(ctx, "acct", "note", "n", &Change{EntityType: "note", EntityID: "n", ServerID: "srv-n", Version: 1, Data: json.RawMessage(`{"v":"older"}`)})
+	if err != nil || string(e.Data) != `{"v":"server"}` {
+		t.Fatalf("older record: %+v %v", e, err)
+	}
+	// Nothing on the server under the id: a synced entity goes.
+	if _, removed, err := s.ApplyRecord(ctx, "acct", "note", "n", nil); err != nil || !removed {
+		t.Fatalf("record gone: %v %v", removed, err)
+	}
+}
+
+// TestDiscardWithPulledRecordBesideTakesIt (case 4): when a pull kept
+// the server's newer record beside the refused update, the discard
+// takes that record.
+func TestDiscardWithPulledRecordBesideTakesIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	pulled(t, s, "n", "srv-n", 1, `{"v":1}`)
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"refused"}`)})
+	op := claim(t, s)
+	pulled(t, s, "n", "srv-n", 2, `{"v":2}`)
+	if err := s.Decline(ctx, op.ID, "w", "validation", "no"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Discard(ctx, op.ID); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := entity(t, s, "n")
+	if e.SyncState != SyncSynced || string(e.Data) != `{"v":2}` || e.ServerVersion != 2 {
+		t.Fatalf("after the discard: %+v", e)
+	}
+}
+
+// TestCreateAnsweredWithAnotherDevicesRecord (case 6): a create answered
+// 200 with other data (another device created the id first) leaves the
+// entity based on no version of that record, so what follows is sent
+// with baseVersion 0 (a server with policy reject refuses it); the
+// answer to this device's next write bases it again.
+func TestCreateAnsweredWithAnotherDevicesRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	create(t, s, "today", `{"text":"B"}`)
+	op := claim(t, s)
+	if _, err := s.Complete(ctx, op.ID, "w", Completion{ServerID: "srv-t", ServerVersion: 1, OtherData: true, ServerPayloadVersion: 1}); err != nil {
+		t.Fatal(err)
+	}
+	row, err := s.EntityRow("acct", "note", "today")
+	if err != nil || !row.Unbased || row.ServerVersion != 0 || row.ServerID != "srv-t" || row.SyncState != SyncPending {
+		t.Fatalf("after the create: %+v %v", row, err)
+	}
+	resend := claim(t, s)
+	if resend.Type != OpUpdate {
+		t.Fatalf("resend is a %s", resend.Type)
+	}
+	if _, err := s.Complete(ctx, resend.ID, "w", Completion{ServerID: "srv-t", ServerVersion: 2}); err != nil {
+		t.Fatal(err)
+	}
+	row, _ = s.EntityRow("acct", "note", "today")
+	if row.Unbased || row.ServerVersion != 2 || row.SyncState != SyncSynced {
+		t.Fatalf("after the resend: %+v", row)
+	}
+}
+
+// TestDeleteConflictIsVisible (case 7): a delete refused for a conflict
+// leaves the entity readable and listed by ?syncState=conflict; creating
+// the id again resolves it as an update of the server's record.
+func TestDeleteConflictIsVisible(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	pulled(t, s, "n", "srv-n", 1, `{"v":1}`)
+	mustApply(t, s, Write{Op: OpDelete, EntityID: "n"})
+	op := claim(t, s)
+	if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "edited elsewhere", ServerState{Version: 2, Data: json.RawMessage(`{"v":2}`)}, false); err != nil {
+		t.Fatal(err)
+	}
+	e, ok := entity(t, s, "n")
+	if !ok || !e.Deleted || e.SyncState != SyncConflict || e.SyncCode != CodeVersionConflict {
+		t.Fatalf("GET: %v %+v", ok, e)
+	}
+	items, _, err := s.ListEntities("acct", "note", ListOptions{SyncState: SyncConflict})
+	if err != nil || len(items) != 1 || items[0].ID != "n" {
+		t.Fatalf("conflicts listed: %+v %v", items, err)
+	}
+	if items, _, _ := s.ListEntities("acct", "note", ListOptions{}); len(items) != 0 {
+		t.Fatalf("a deleted entity among the live ones: %+v", items)
+	}
+	// The app creates it again: an update made on the server's v2.
+	create(t, s, "n", `{"v":"again"}`)
+	e, _ = entity(t, s, "n")
+	if e.SyncState != SyncPending || e.ServerVersion != 2 || e.Deleted {
+		t.Fatalf("created again: %+v", e)
+	}
+	next := claim(t, s)
+	if next.Type != OpUpdate || string(next.Payload) != `{"v":"again"}` {
+		t.Fatalf("the create goes as %s %s", next.Type, next.Payload)
+	}
+}
+
+// TestFullPassKeepsTheRecordsRemovalBesideUnsentChanges: a full pass
+// that does not see a record the device has unsent changes of keeps the
+// changes, and records that the server no longer holds it, so a resolve
+// of the conflict their answer makes does not bring it back as synced.
+func TestFullPassKeepsTheRecordsRemovalBesideUnsentChanges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	pulled(t, s, "n", "srv-n", 3, `{"v":3}`)
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
+	if err := s.RestartPull(ctx, "acct"); err != nil {
+		t.Fatal(err)
+	}
+	applyPage(t, s, "", "end", true)
+	e, _ := entity(t, s, "n")
+	if e.SyncState != SyncPending || e.Server == nil || !e.Server.Deleted || e.Server.Version != 4 {
+		t.Fatalf("%+v server %+v", e, e.Server)
+	}
+	op := claim(t, s)
+	if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, removed, err := s.Resolve(ctx, "acct", "note", "n", TakeServer, ""); err != nil || !removed {
+		t.Fatalf("take server: %v %v", removed, err)
+	}
+}

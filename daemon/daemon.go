@@ -183,7 +183,8 @@ type Daemon struct {
 	batchMu       sync.Mutex
 	batchOffUntil time.Time // the remote had no batch route; single sends until then
 
-	puller    Puller // nil: no pull
+	puller    Puller       // nil: no pull
+	reader    RecordReader // nil: no refresh
 	pullMode  PullMode
 	pullWait  time.Duration
 	pullLimit int
@@ -264,6 +265,9 @@ func New(cfg Config) (*Daemon, error) {
 	d.pull.kick = make(chan struct{}, 1)
 	if p, ok := cfg.Transport.(Puller); ok && d.pullMode != PullOff {
 		d.puller = p
+	}
+	if r, ok := cfg.Transport.(RecordReader); ok {
+		d.reader = r
 	}
 	d.batchMode = cmp.Or(cfg.Batch, BatchAuto)
 	switch d.batchMode {

@@ -125,6 +125,7 @@ func (d *Daemon) pullStatus(account string) PullStatus {
 func (d *Daemon) runPuller(soft context.Context) {
 	defer d.life.wg.Done()
 	failures := 0
+	expired := 0             // 410s since the last read that went on from a pass's end
 	wait := time.Duration(0) // the long poll of the next read
 	limit := d.pullLimit     // halved while pages come back too big
 	noFeedLogged := false
@@ -178,10 +179,16 @@ func (d *Daemon) runPuller(soft context.Context) {
 		elapsed := time.Since(began)
 		unhook()
 		cancel()
+		if soft.Err() == nil && s.ctx.Err() == nil {
+			d.pullContact(err)
+		}
 		switch {
 		case soft.Err() != nil:
 			return
 		case err == nil:
+			if st.Cursor != "" && !st.FullPass {
+				expired = 0
+			}
 		case errors.Is(err, transport.ErrNoFeed) && d.pullMode == PullAuto:
 			if !noFeedLogged {
 				d.logger.Info("daemon: the remote has no changes feed (404); syncing one way, pushing only", "recheck", noFeedRecheck)
@@ -193,7 +200,19 @@ func (d *Daemon) runPuller(soft context.Context) {
 			}
 			continue
 		case errors.Is(err, transport.ErrCursorExpired):
-			d.logger.Info("daemon: the server no longer keeps what the pull cursor needs; reading everything again", "account", s.account)
+			expired++
+			if expired > 1 {
+				// A full pass ended at a cursor the server does not take
+				// either (a server whose last page stops below its
+				// horizon): read it again, but not in a loop.
+				d.logger.Warn("daemon: the server refused the cursor its own full read ended at; reading everything again after a pause", "account", s.account, "times", expired)
+				n := expired - 2 // the backoff grows with each one
+				if !d.pullBackoff(soft, &n, err) {
+					return
+				}
+			} else {
+				d.logger.Info("daemon: the server no longer keeps what the pull cursor needs; reading everything again", "account", s.account)
+			}
 			if err := d.store.RestartPull(context.Background(), s.account); err != nil {
 				d.logger.Error("daemon: pull: restarting the pull failed", "err", err)
 				if !d.pullBackoff(soft, &failures, err) {
@@ -266,6 +285,9 @@ func (d *Daemon) runPuller(soft context.Context) {
 		}
 		limit = d.pullLimit
 		d.setPullState(PullStateIdle, "")
+		if n, err := d.RefreshStale(soft); err != nil && soft.Err() == nil {
+			d.logger.Debug("daemon: refreshing stale entities failed; trying again after the next read", "refreshed", n, "err", err)
+		}
 		if wait > 0 && elapsed < wait/2 && res.Applied+res.Kept+res.Removed == 0 {
 			// A long poll answered early with nothing new (this device's
 			// own echoes, or a server that does not hold polls): not a
@@ -275,6 +297,26 @@ func (d *Daemon) runPuller(soft context.Context) {
 			}
 		}
 		wait = d.pullWait
+	}
+}
+
+// pullContact tells the reachability tracker what a read of the feed
+// learned: an answer (any status) says the remote is reachable, and a
+// page says it is well; no answer (a network error, a timeout) says it is
+// not. Pushes and pulls share one view (observe), so an idle device that
+// only pulls still notices an outage and its end.
+func (d *Daemon) pullContact(err error) {
+	switch {
+	case err == nil:
+		d.observe(true, true, false)
+	case errors.Is(err, transport.ErrInvalidToken):
+		// not sent: says nothing of the remote
+	case errors.Is(err, transport.ErrNoFeed), errors.Is(err, transport.ErrCursorExpired),
+		errors.Is(err, transport.ErrUnauthorized), errors.Is(err, transport.ErrStatus),
+		errors.Is(err, transport.ErrResponseTooLarge), errors.Is(err, transport.ErrInvalidResponse):
+		d.observe(true, false, false)
+	default:
+		d.observe(false, false, false)
 	}
 }
 

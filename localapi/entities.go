@@ -350,3 +350,51 @@ func (s *Server) resolveEntity(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, ans)
 }
+
+// refreshAnswer is the answer to a refresh: the entity as it is now.
+// Removed is set when it left the store (the server holds nothing under
+// the id, and nothing local waited to be sent).
+type refreshAnswer struct {
+	queue.Entity
+	Removed bool `json:"removed,omitempty"`
+}
+
+// POST /v1/entities/{type}/{id}/refresh → 200 the entity. Reads the
+// server's record of the entity again (the remote's single-record read)
+// and settles the local entity with it: a synced or stale entity takes
+// it; unsent local changes stay, the record beside them; nothing on the
+// server removes a synced entity. 503 remote_unavailable when the read
+// fails (nothing changed), 501 refresh_unsupported when the remote has
+// no such read.
+func (s *Server) refreshEntity(w http.ResponseWriter, r *http.Request) {
+	typ, id, err := entityPath(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if _, err := query(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.lookupType(r, typ); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var (
+		e       queue.Entity
+		removed bool
+	)
+	err = callerOf(r).commit(func() error {
+		e, removed, err = s.d.Refresh(r.Context(), typ, id)
+		return err
+	})
+	if errors.Is(err, daemon.ErrNoSession) {
+		err = errNoSession
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.auditApp(r, "refresh", "entity", typ+"/"+id)
+	writeJSON(w, http.StatusOK, refreshAnswer{Entity: e, Removed: removed})
+}

@@ -70,6 +70,8 @@ const (
 	CodeShuttingDown         = "shutting_down"          // 503: syncd is stopping; no new event streams
 	CodeTooManySubscribers   = "too_many_subscribers"   // 503: the event stream's subscriber limit is reached
 	CodeStorageFull          = "storage_full"           // 507: no room for the write (a full disk, or the queue's size limit); nothing written
+	CodeRefreshUnsupported   = "refresh_unsupported"    // 501: refresh, but the remote cannot read one record
+	CodeRemoteUnavailable    = "remote_unavailable"     // 503: refresh, but reading the record from the remote failed; nothing changed
 )
 
 // errorBody is the JSON shape of every error answer.
@@ -164,6 +166,10 @@ func classify(err error) (status int, code string) {
 		return http.StatusServiceUnavailable, CodeTooManySubscribers
 	case errors.Is(err, daemon.ErrBusClosed):
 		return http.StatusServiceUnavailable, CodeShuttingDown
+	case errors.Is(err, daemon.ErrNoRecordRead):
+		return http.StatusNotImplemented, CodeRefreshUnsupported
+	case errors.Is(err, daemon.ErrRemote):
+		return http.StatusServiceUnavailable, CodeRemoteUnavailable
 	}
 	return http.StatusInternalServerError, CodeInternal
 }

@@ -159,6 +159,12 @@ func (s *Server) discardOperation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.auditApp(r, "discard", "operation", id)
+	// A discarded change may leave data the server does not hold: such
+	// an entity waits stale for a read of the record, made now if the
+	// remote answers (otherwise the puller makes it later).
+	if _, err := s.d.RefreshStale(r.Context()); err != nil {
+		s.logger.Debug("localapi: refresh after a discard failed; syncd tries again later", "err", err)
+	}
 	s.d.Notify() // the next operation of the partition may be ready now
 	writeJSON(w, http.StatusOK, discardAnswer{OperationID: id, Discarded: true})
 }

@@ -60,6 +60,11 @@ type Daemon interface {
 	// and keeps a logout from running until it returns (daemon.ErrNoSession
 	// when signed out).
 	AccountWrite(fn func(accountID string) error) error
+	// Refresh reads an entity's record from the remote again and settles
+	// the local entity with it; RefreshStale does it for the entities
+	// that wait for it (after a discard).
+	Refresh(ctx context.Context, entityType, id string) (e queue.Entity, removed bool, err error)
+	RefreshStale(ctx context.Context) (int, error)
 }
 
 // Store is what the API needs from the queue. *queue.Store satisfies it.
@@ -304,6 +309,7 @@ func (s *Server) routeTable() []route {
 		{"PATCH /v1/entities/{type}/{id}", http.HandlerFunc(s.updateEntity), scopeWrite},
 		{"DELETE /v1/entities/{type}/{id}", http.HandlerFunc(s.deleteEntity), scopeWrite},
 		{"POST /v1/entities/{type}/{id}/resolve", http.HandlerFunc(s.resolveEntity), scopeWrite},
+		{"POST /v1/entities/{type}/{id}/refresh", http.HandlerFunc(s.refreshEntity), scopeWrite},
 		{"POST " + batchPath, http.HandlerFunc(s.batch), scopeWrite},
 
 		{"GET /v1/operations", http.HandlerFunc(s.listOperations), scopeRead},

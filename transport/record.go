@@ -1,0 +1,97 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+)
+
+// Reading one record: GET {BaseURL}/v1/{type}?clientId=<local id> →
+// 200 {"items": [record]} with the record at its latest version (a
+// deleted one as a tombstone: "deleted": true), or {"items": []} when
+// the server holds nothing under the client id (never created, or
+// deleted and swept). A record has the fields of a Change: id,
+// clientId, version, deleted, data. The daemon's refresh of an entity
+// uses it (docs/server.md, "Reading one record").
+
+// ErrNoRecordRead: the remote answered 404 for the read, or something
+// else than a list of records: it cannot read one record.
+var ErrNoRecordRead = errors.New("transport: the remote cannot read one record")
+
+// Record reads the server's record of entityType under clientID for the
+// account whose token is given: nil when the server holds nothing under
+// it. A 401 is ErrUnauthorized, a 404 ErrNoRecordRead; any other
+// failure is an error worth retrying later.
+func (c *Client) Record(ctx context.Context, token, entityType, clientID string) (*Change, error) {
+	if err := ValidateToken(token); err != nil {
+		return nil, fmt.Errorf("%w: the token %v", ErrInvalidToken, err)
+	}
+	if entityType == "" || clientID == "" {
+		return nil, fmt.Errorf("transport: record: %w: no entity type or id", ErrInvalidRequest)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout, ErrTimeout)
+	defer cancel()
+	target := c.baseURL + "/v1/" + url.PathEscape(entityType) + "?" + url.Values{"clientId": {clientID}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return nil, fmt.Errorf("transport: record: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrTimeout) {
+			err = ErrTimeout
+		}
+		return nil, fmt.Errorf("transport: record: %w", err)
+	}
+	defer resp.Body.Close()
+	body, truncated, err := readBody(resp.Body, c.maxBody*4)
+	if err != nil {
+		return nil, fmt.Errorf("transport: record: reading the answer: %w", err)
+	}
+	code, msg := errorBody(body)
+	switch {
+	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, ErrNoRecordRead
+	case resp.StatusCode == http.StatusUnauthorized:
+		return nil, ErrUnauthorized
+	default:
+		return nil, fmt.Errorf("transport: record: %d %s %s: %w", resp.StatusCode, code, msg, ErrStatus)
+	}
+	if truncated {
+		return nil, fmt.Errorf("transport: record: an answer over %d bytes: %w", c.maxBody*4, ErrResponseTooLarge)
+	}
+	var ans struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(body, &ans); err != nil || ans.Items == nil {
+		return nil, fmt.Errorf("%w: GET /v1/%s?clientId= answered 200 without an items list", ErrNoRecordRead, entityType)
+	}
+	for _, raw := range ans.Items {
+		var rec Change
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			return nil, fmt.Errorf("transport: record: %w: %v", ErrInvalidResponse, err)
+		}
+		if rec.ClientID != clientID {
+			// A server that ignores the filter lists other records: its
+			// answer says nothing of this one, and taking it as "none"
+			// would remove the entity.
+			return nil, fmt.Errorf("%w: GET /v1/%s?clientId= listed another record", ErrNoRecordRead, entityType)
+		}
+		if rec.ID == "" || rec.Version <= 0 {
+			return nil, fmt.Errorf("transport: record: the record lacks its id or version: %w", ErrInvalidResponse)
+		}
+		rec.Type = entityType
+		if rec.Deleted {
+			rec.Data = nil
+		}
+		return &rec, nil
+	}
+	return nil, nil
+}

@@ -1,0 +1,531 @@
+package convergence
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// tombstoneRetention is the servers' --tombstone-retention: short, so
+// that every server start (the sweep runs at start, then every 10
+// minutes) sweeps the tombstones of all but the last moment.
+const tombstoneRetention = 1500 * time.Millisecond
+
+// The id space: few ids of two types, so devices collide on them.
+var entityTypes = []string{"note", "task"}
+
+const idsPerType = 12
+
+// config is one server setup and conflict policy.
+type config struct {
+	name     string
+	postgres bool // two replicas on one PostgreSQL database; else one on bbolt
+	reject   bool // --reject-conflicts '*'; else last-writer-wins
+}
+
+// params sizes a run.
+type params struct {
+	devices      int
+	steps        int           // write actions
+	pace         time.Duration // each step pauses up to this (the workload's rhythm)
+	daemonKills  int           // SIGKILLs per device
+	offlines     int           // offline periods per device
+	serverKills  int           // SIGKILLs per replica
+	serverStops  int           // graceful restarts of a replica (each start sweeps)
+	quietTimeout time.Duration // wait for quiet, and for the diff to clear
+}
+
+// intent is an operation id a write answered, with what it was.
+type intent struct {
+	dev   int
+	opID  string
+	what  string
+	step  int
+	batch bool
+}
+
+// stats are a run's figures.
+type stats struct {
+	writes, refused, batches, orderedBatches   int
+	refusedCodes                               map[string]int
+	daemonKills, serverKills, serverStops      int
+	offline                                    int
+	serverStarts                               int
+	midResolves, midDiscards                   int
+	finalResolves, finalDiscards, resolveRound int
+	tombstonesSeen, tombstonesSwept            int
+}
+
+// run is one seeded run of one config.
+type run struct {
+	t    *testing.T
+	cfg  config
+	p    params
+	seed uint64
+	rng  *rand.Rand
+	c    *cluster
+
+	intents []intent
+	// byChecker are operation ids a resolve or discard the checker made
+	// may have purged.
+	byChecker  map[string]bool
+	tombstones map[string]bool // server ids ever seen deleted in the feed
+	st         stats
+
+	// plan: step -> actions
+	plan map[int][]action
+	// late is the device that joins mid-run (a new device signing in
+	// after tombstones were swept).
+	late, lateAt int
+}
+
+type actionKind int
+
+const (
+	actKillDaemon actionKind = iota
+	actRestartDaemon
+	actCut
+	actRestore
+	actKillServer
+	actStopServer
+	actStartServer
+)
+
+type action struct {
+	kind actionKind
+	who  int
+}
+
+func newRun(t *testing.T, cfg config, p params, seed uint64) *run {
+	r := &run{t: t, cfg: cfg, p: p, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		byChecker: map[string]bool{}, tombstones: map[string]bool{}, plan: map[int][]action{}}
+	r.st.refusedCodes = map[string]int{}
+	account := fmt.Sprintf("cv-%s-%d-%08x", cfg.name, seed, rand.Uint32()) // fresh per run: the PostgreSQL database is shared
+	r.c = newCluster(t, cfg, p.devices, account)
+	r.makePlan()
+	return r
+}
+
+// makePlan draws when each device is killed and cut off, and when each
+// replica is killed or restarted, from the seed.
+func (r *run) makePlan() {
+	at := func(lo, hi int) int { return lo + r.rng.IntN(max(hi-lo, 1)) }
+	add := func(step int, a action) { r.plan[step] = append(r.plan[step], a) }
+	r.late, r.lateAt = r.p.devices-1, r.p.steps/3
+	for d := range r.p.devices {
+		first := 1
+		if d == r.late {
+			first = r.lateAt + 1
+		}
+		for range r.p.daemonKills {
+			s := at(first, r.p.steps)
+			add(s, action{actKillDaemon, d})
+			add(s+r.rng.IntN(15), action{actRestartDaemon, d})
+		}
+		for range r.p.offlines {
+			s := at(first, r.p.steps)
+			add(s, action{actCut, d})
+			add(s+20+r.rng.IntN(120), action{actRestore, d})
+		}
+	}
+	for i := range len(r.c.replicas) {
+		for range r.p.serverKills {
+			s := at(1, r.p.steps)
+			add(s, action{actKillServer, i})
+			add(s+5+r.rng.IntN(40), action{actStartServer, i})
+		}
+		for range r.p.serverStops {
+			s := at(1, r.p.steps)
+			add(s, action{actStopServer, i})
+			add(s+1+r.rng.IntN(5), action{actStartServer, i})
+		}
+	}
+}
+
+// do carries out the planned actions of a step.
+func (r *run) do(step int) {
+	for _, a := range r.plan[step] {
+		switch a.kind {
+		case actKillDaemon:
+			d := r.c.devices[a.who]
+			if d.up() {
+				d.proc.kill()
+				r.st.daemonKills++
+			}
+		case actRestartDaemon:
+			if d := r.c.devices[a.who]; !d.up() && d.started {
+				d.start(r.t, r.c.account)
+			}
+		case actCut:
+			d := r.c.devices[a.who]
+			d.proxy.setCut(true)
+			r.st.offline++
+		case actRestore:
+			r.c.devices[a.who].proxy.setCut(false)
+		case actKillServer, actStopServer:
+			rep := r.c.replicas[a.who]
+			if !rep.up() {
+				continue
+			}
+			r.noteTombstones()
+			if a.kind == actKillServer {
+				rep.proc.kill()
+				r.st.serverKills++
+			} else {
+				if err := rep.proc.stop(); err != nil {
+					r.t.Errorf("server%d: %v", rep.idx, err)
+				}
+				r.st.serverStops++
+			}
+		case actStartServer:
+			if rep := r.c.replicas[a.who]; !rep.up() {
+				r.c.restartReplica(rep)
+				r.st.serverStarts++
+			}
+		}
+	}
+}
+
+// noteTombstones reads the feed and remembers the tombstones in it, to
+// count later which the sweeps removed.
+func (r *run) noteTombstones() {
+	recs, err := r.c.feed()
+	if err != nil {
+		return // counted at the next read
+	}
+	for _, rec := range recs {
+		if rec.Deleted {
+			r.tombstones[rec.ID] = true
+		}
+	}
+}
+
+// drive runs the workload: planned kills, cuts and restarts between
+// seeded random writes.
+func (r *run) drive() {
+	for _, d := range r.c.devices {
+		if d.idx != r.late {
+			d.start(r.t, r.c.account)
+		}
+	}
+	for step := range r.p.steps {
+		if step == r.lateAt {
+			r.c.devices[r.late].start(r.t, r.c.account)
+		}
+		r.do(step)
+		r.step(step)
+		if r.t.Failed() {
+			return
+		}
+		time.Sleep(time.Duration(r.rng.Int64N(int64(r.p.pace)))) // the workload's rhythm, not a wait for a condition
+	}
+}
+
+// pickDevice draws a device and returns it, or the next one that runs.
+func (r *run) pickDevice() *device {
+	n := len(r.c.devices)
+	i := r.rng.IntN(n)
+	for k := range n {
+		if d := r.c.devices[(i+k)%n]; d.up() {
+			return d
+		}
+	}
+	return nil
+}
+
+// step is one app action on a random running device.
+func (r *run) step(step int) {
+	// Every draw is made whatever the answers, so the seed gives the
+	// same sequence of draws.
+	kind := r.rng.Float64()
+	d := r.pickDevice()
+	typ, id := r.pickEntity()
+	upd := r.rng.Float64()
+	val := r.rng.IntN(1000)
+	bn := 2 + r.rng.IntN(4)
+	take := []string{"server", "local"}[r.rng.IntN(2)]
+	pick := r.rng.IntN(1 << 20)
+	if d == nil {
+		return
+	}
+	switch {
+	case kind < 0.10:
+		r.batch(d, step, bn, false)
+	case kind < 0.16:
+		r.batch(d, step, bn, true)
+	case kind < 0.19:
+		r.midResolve(d, take, pick)
+	default:
+		exists, ok := r.exists(d, typ, id)
+		if !ok {
+			return
+		}
+		r.single(d, step, typ, id, exists, upd, val)
+	}
+}
+
+func (r *run) pickEntity() (string, string) {
+	return entityTypes[r.rng.IntN(len(entityTypes))], fmt.Sprintf("e%02d", r.rng.IntN(idsPerType))
+}
+
+// exists reports whether the device shows the entity (ok false: the
+// read failed).
+func (r *run) exists(d *device, typ, id string) (exists, ok bool) {
+	code, _, err := d.call("GET", "/v1/entities/"+typ+"/"+id, "")
+	if err != nil {
+		r.deviceError(d, "read", err)
+		return false, false
+	}
+	return code == 200, true
+}
+
+func (r *run) deviceError(d *device, what string, err error) {
+	if !d.up() {
+		r.t.Errorf("%s died by itself (%s: %v); log %s:\n%s", d.name, what, err, d.log, tail(d.log, 40))
+		return
+	}
+	r.t.Errorf("%s: %s: %v", d.name, what, err)
+}
+
+func (r *run) data(d *device, step, val int) map[string]any {
+	return map[string]any{"dev": d.name, "step": step, "v": val}
+}
+
+// single is one create, update or delete.
+func (r *run) single(d *device, step int, typ, id string, exists bool, upd float64, val int) {
+	var (
+		method, path, body, what string
+	)
+	switch {
+	case !exists:
+		method, path, what = "POST", "/v1/entities/"+typ, "create"
+		body = jsonBody(map[string]any{"id": id, "data": r.data(d, step, val)})
+	case upd < 0.7:
+		method, path, what = "PATCH", "/v1/entities/"+typ+"/"+id, "update"
+		patch := r.data(d, step, val)
+		if val%3 == 0 {
+			patch["extra"] = val
+		} else if val%3 == 1 {
+			patch["extra"] = nil
+		}
+		body = jsonBody(map[string]any{"data": patch})
+	default:
+		method, path, what = "DELETE", "/v1/entities/"+typ+"/"+id, "delete"
+	}
+	code, m, err := d.call(method, path, body)
+	if err != nil {
+		r.deviceError(d, what, err)
+		return
+	}
+	r.st.writes++
+	if code/100 != 2 {
+		r.st.refused++
+		r.st.refusedCodes[fmt.Sprintf("%s %d %s", what, code, errCode(m))]++
+		return
+	}
+	r.intents = append(r.intents, intent{dev: d.idx, opID: str(m, "operationId"), what: fmt.Sprintf("%s %s/%s", what, typ, id), step: step})
+}
+
+// batch is one POST /v1/batch of n writes made on what the device shows.
+func (r *run) batch(d *device, step, n int, ordered bool) {
+	local := map[string]bool{}
+	for _, typ := range entityTypes {
+		ents, err := listEntities(d, typ, "")
+		if err != nil {
+			r.deviceError(d, "list", err)
+			return
+		}
+		for _, e := range ents {
+			local[typ+"/"+str(e, "id")] = true
+		}
+	}
+	var writes []map[string]any
+	var whats []string
+	for range n {
+		typ, id := r.pickEntity()
+		k := typ + "/" + id
+		w := map[string]any{"type": typ, "id": id}
+		u := r.rng.Float64()
+		val := r.rng.IntN(1000)
+		switch {
+		case !local[k]:
+			w["op"], w["data"] = "create", r.data(d, step, val)
+			local[k] = true
+		case u < 0.7:
+			w["op"], w["data"] = "update", r.data(d, step, val)
+		default:
+			w["op"] = "delete"
+			local[k] = false
+		}
+		writes = append(writes, w)
+		whats = append(whats, fmt.Sprintf("%s %s", w["op"], k))
+	}
+	code, m, err := d.call("POST", "/v1/batch", jsonBody(map[string]any{"writes": writes, "ordered": ordered}))
+	if err != nil {
+		r.deviceError(d, "batch", err)
+		return
+	}
+	r.st.writes += n
+	if ordered {
+		r.st.orderedBatches++
+	} else {
+		r.st.batches++
+	}
+	if code != 200 {
+		r.st.refused += n
+		r.st.refusedCodes[fmt.Sprintf("batch %d %s", code, errCode(m))]++
+		return
+	}
+	results, _ := m["results"].([]any)
+	for i, res := range results {
+		e, _ := res.(map[string]any)
+		r.intents = append(r.intents, intent{dev: d.idx, opID: str(e, "operationId"), what: whats[i], step: step, batch: true})
+	}
+}
+
+// listEntities reads every entity of a type the device shows (syncState
+// filters, "" for all).
+func listEntities(d *device, typ, syncState string) ([]map[string]any, error) {
+	var all []map[string]any
+	after := ""
+	for {
+		q := url.Values{"limit": {"1000"}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		if syncState != "" {
+			q.Set("syncState", syncState)
+		}
+		code, m, err := d.call("GET", "/v1/entities/"+typ+"?"+q.Encode(), "")
+		if err != nil {
+			return nil, err
+		}
+		if code != 200 {
+			return nil, fmt.Errorf("GET /v1/entities/%s?%s: %d %s", typ, q.Encode(), code, errCode(m))
+		}
+		for _, it := range m["items"].([]any) {
+			all = append(all, it.(map[string]any))
+		}
+		if after = str(m, "next"); after == "" {
+			return all, nil
+		}
+	}
+}
+
+// listOps reads the device's operations in a state.
+func listOps(d *device, state string) ([]map[string]any, error) {
+	var all []map[string]any
+	after := ""
+	for {
+		q := url.Values{"limit": {"1000"}, "state": {state}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		code, m, err := d.call("GET", "/v1/operations?"+q.Encode(), "")
+		if err != nil {
+			return nil, err
+		}
+		if code != 200 {
+			return nil, fmt.Errorf("GET /v1/operations?%s: %d %s", q.Encode(), code, errCode(m))
+		}
+		for _, it := range m["items"].([]any) {
+			all = append(all, it.(map[string]any))
+		}
+		if after = str(m, "next"); after == "" {
+			return all, nil
+		}
+	}
+}
+
+// midResolve is an app settling one of its failed operations while the
+// run goes on.
+func (r *run) midResolve(d *device, take string, pick int) {
+	failed, err := listOps(d, "permanent_failed")
+	if err != nil {
+		r.deviceError(d, "list failed", err)
+		return
+	}
+	if len(failed) == 0 {
+		return
+	}
+	resolved, discarded := r.settle(d, failed[pick%len(failed)], take)
+	r.st.midResolves += resolved
+	r.st.midDiscards += discarded
+}
+
+// conflictCodes are the codes of a permanently failed operation whose
+// entity is in conflict.
+var conflictCodes = []string{"version_conflict", "deleted_on_server"}
+
+// settle resolves the entity of a failed operation (take) if it is in
+// conflict, else discards the operation. The operations of the entity
+// that were unfinished are recorded as the checker's own purges.
+func (r *run) settle(d *device, op map[string]any, take string) (resolved, discarded int) {
+	typ, id, opID := str(op, "entityType"), str(op, "entityId"), str(op, "id")
+	for _, state := range []string{"pending", "permanent_failed"} {
+		ops, err := listOps(d, state)
+		if err != nil {
+			r.deviceError(d, "list", err)
+			return
+		}
+		for _, o := range ops {
+			if str(o, "entityType") == typ && str(o, "entityId") == id {
+				r.byChecker[str(o, "id")] = true
+			}
+		}
+	}
+	_, ent, _ := d.call("GET", "/v1/entities/"+typ+"/"+id, "")
+	if str(ent, "syncState") == "conflict" || slices.Contains(conflictCodes, str(op, "lastErrorCode")) {
+		code, m, err := d.call("POST", "/v1/entities/"+typ+"/"+id+"/resolve", jsonBody(map[string]string{"take": take}))
+		if err != nil {
+			r.deviceError(d, "resolve", err)
+			return
+		}
+		if code == 200 {
+			if oid := str(m, "operationId"); oid != "" {
+				r.intents = append(r.intents, intent{dev: d.idx, opID: oid, what: "resolve take " + take + " " + typ + "/" + id})
+			}
+			return 1, 0
+		}
+		r.t.Logf("%s: resolve %s/%s (op %s, %s): %d %s; discarding the operation instead", d.name, typ, id, opID, str(op, "lastErrorCode"), code, errCode(m))
+	}
+	code, m, err := d.call("POST", "/v1/operations/"+opID+"/discard", "")
+	if err != nil {
+		r.deviceError(d, "discard", err)
+		return
+	}
+	if code != 200 {
+		r.t.Logf("%s: discard %s: %d %s", d.name, opID, code, errCode(m))
+		return
+	}
+	return 0, 1
+}
+
+// restoreAll brings every process and link back.
+func (r *run) restoreAll() {
+	for _, rep := range r.c.replicas {
+		if !rep.up() {
+			r.c.restartReplica(rep)
+			r.st.serverStarts++
+		}
+	}
+	for _, d := range r.c.devices {
+		d.proxy.setCut(false)
+		if !d.up() {
+			d.start(r.t, r.c.account)
+		}
+	}
+}
+
+func (s stats) refusedSummary() string {
+	var parts []string
+	for k, v := range s.refusedCodes {
+		parts = append(parts, fmt.Sprintf("%s×%d", k, v))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}

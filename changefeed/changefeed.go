@@ -14,15 +14,22 @@
 //     in the write's transaction does it (its row lock orders one actor's
 //     writers until they commit); a global sequence does not;
 //   - a page holds each record at most once, at its latest version;
-//   - deleted records stay as tombstones for a window; a cursor from
-//     before the oldest position the Source still keeps (the horizon)
-//     is answered 410 cursor_expired, and the client reads everything
-//     again.
+//   - deleted records stay as tombstones for a window; the highest
+//     position of a tombstone swept is the actor's horizon;
+//   - one read returns its rows, the actor's head (its latest position)
+//     and its horizon from ONE snapshot (a bbolt View, a REPEATABLE READ
+//     transaction, one statement).
+//
+// The handler owns the cursor rules: a cursor that needs a swept
+// tombstone (below the horizon) or that the actor's sequence has not
+// reached (another database) is answered 410 cursor_expired, and the
+// client reads everything again; the last page of a read ends at the
+// head it was read with, a cursor the server accepts.
 //
 // Mount it with Handler:
 //
 //	feed := changefeed.Handler(changefeed.Config{
-//		Source:   mySource,  // Changes(ctx, actor, after, limit)
+//		Source:   mySource,  // Changes(ctx, actor, after, limit) (Read, error)
 //		Notifier: notifier, // Notify(actor) after each commit
 //		Actor:    actorOf,  // the authenticated actor of a request
 //	})
@@ -35,6 +42,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -65,34 +73,122 @@ type Page struct {
 	HasMore bool     `json:"hasMore"`
 }
 
-// ErrCursorExpired is what a Source returns when after is below its
-// horizon: what the cursor needs was swept.
+// ErrCursorExpired may be returned by a Source that knows a read cannot
+// be served (the handler answers 410 cursor_expired). The reference
+// Sources leave the decision to the handler: they report Head and
+// Horizon.
 var ErrCursorExpired = errors.New("changefeed: cursor expired")
 
 // Source reads an actor's changes.
 type Source interface {
-	// Changes returns up to limit records of actor whose position is
-	// above after (0: from the beginning), in position order, each with
-	// its position, and whether more follow. It returns ErrCursorExpired
-	// when after is not 0 and below what it still keeps, or above the
-	// actor's latest position (a cursor of another database).
-	Changes(ctx context.Context, actor string, after int64, limit int) (changes []Change, positions []int64, more bool, err error)
+	// Changes returns, from ONE snapshot of the actor's records, up to
+	// limit records whose position is above after (0: from the
+	// beginning), in position order, each with its position; whether
+	// more follow; and the actor's head and horizon in that snapshot.
+	// The rows and the head must agree: when More is false, the page
+	// holds every record whose latest position is in (after, Head].
+	Changes(ctx context.Context, actor string, after int64, limit int) (Read, error)
 }
 
-// EncodeCursor and ParseCursor turn a position into the opaque cursor
-// clients hold, and back.
-func EncodeCursor(pos int64) string { return strconv.FormatInt(pos, 10) }
+// Read is what one Source.Changes read.
+type Read struct {
+	Changes   []Change
+	Positions []int64 // Positions[i] is the position of Changes[i]
+	More      bool    // records above the last position follow
+	// Head is the actor's latest position (0: it never wrote): every
+	// write at or below it is committed and in the snapshot.
+	Head int64
+	// Horizon is the highest position of the actor's swept tombstones
+	// (0: none swept).
+	Horizon int64
+}
 
-// ParseCursor reads a cursor; the empty cursor is 0, the beginning.
-func ParseCursor(c string) (int64, error) {
-	if c == "" {
-		return 0, nil
+// Cursor is where a client is in an actor's feed. Clients hold it as an
+// opaque string (EncodeCursor, ParseCursor).
+type Cursor struct {
+	// Set is false for no cursor: the beginning, a new device's first
+	// read. It never expires.
+	Set bool
+	// Pos: the client holds every change up to this position. 0 is a
+	// position like any other (the head of an actor that never wrote).
+	Pos int64
+	// Floor is set on the pages of a read from the beginning that have
+	// more after them: the head when the read began. Tombstones at or
+	// below it were deleted before the read began, so the read never
+	// held their records and their sweep does not expire it. Otherwise
+	// 0: Pos decides.
+	Floor int64
+}
+
+// expired reports whether c needs what a read at head and horizon no
+// longer keeps: a tombstone swept above what c already read, or a
+// position the actor's sequence has not reached (a cursor of another
+// database).
+func (c Cursor) expired(head, horizon int64) bool {
+	return c.Set && (c.Pos > head || c.Floor > head || max(c.Pos, c.Floor) < horizon)
+}
+
+// next is the cursor after the page r read at c: the last position of
+// the page while more follow (a read from the beginning keeps its
+// starting head as the floor), and the head when none do, so the last
+// page of every read ends at the head, at or past the horizon.
+func (c Cursor) next(r Read) Cursor {
+	last := int64(0)
+	if n := len(r.Positions); n > 0 {
+		last = r.Positions[n-1]
 	}
-	n, err := strconv.ParseInt(c, 10, 64)
-	if err != nil || n < 0 {
-		return 0, errors.New("changefeed: not a cursor of this server")
+	if !r.More {
+		return Cursor{Set: true, Pos: max(r.Head, last, c.Pos)}
 	}
-	return n, nil
+	floor := c.Floor
+	if !c.Set {
+		floor = r.Head
+	}
+	if floor <= last {
+		floor = 0
+	}
+	return Cursor{Set: true, Pos: last, Floor: floor}
+}
+
+// EncodeCursor turns a cursor into the string clients hold: "" for no
+// cursor, the position ("42"), or the position and the floor ("42.97").
+func EncodeCursor(c Cursor) string {
+	switch {
+	case !c.Set:
+		return ""
+	case c.Floor > c.Pos:
+		return strconv.FormatInt(c.Pos, 10) + "." + strconv.FormatInt(c.Floor, 10)
+	default:
+		return strconv.FormatInt(c.Pos, 10)
+	}
+}
+
+// ParseCursor reads a cursor EncodeCursor made; "" is no cursor.
+func ParseCursor(s string) (Cursor, error) {
+	if s == "" {
+		return Cursor{}, nil
+	}
+	bad := errors.New("changefeed: not a cursor of this server")
+	pos, floor, hasFloor := strings.Cut(s, ".")
+	c := Cursor{Set: true}
+	var err error
+	if c.Pos, err = parsePosition(pos); err != nil {
+		return Cursor{}, bad
+	}
+	if hasFloor {
+		if c.Floor, err = parsePosition(floor); err != nil || c.Floor <= c.Pos {
+			return Cursor{}, bad
+		}
+	}
+	if EncodeCursor(c) != s { // one spelling per cursor: no "007"
+		return Cursor{}, bad
+	}
+	return c, nil
+}
+
+func parsePosition(s string) (int64, error) {
+	n, err := strconv.ParseUint(s, 10, 63)
+	return int64(n), err
 }
 
 // Notifier wakes the long polls of an actor when its changes commit. It
@@ -203,7 +299,9 @@ const (
 // limit defaults to DefaultLimit and is clamped to MaxLimit, wait (in
 // seconds) is clamped to MaxWait; with nothing after the cursor it
 // holds the request until a change of the actor commits or wait ends.
-// An empty page keeps the cursor.
+// A page with more after it ends at its last position; the last page
+// (an empty one too) ends at the head the Source read, so a client that
+// read to the end holds a cursor the server accepts.
 func Handler(cfg Config) http.Handler {
 	writeErr := cfg.WriteError
 	if writeErr == nil {
@@ -249,9 +347,12 @@ func Handler(cfg Config) http.Handler {
 		}
 		for {
 			woken := cfg.Notifier.Wait(actor) // before the read: no change is missed
-			changes, positions, more, err := cfg.Source.Changes(r.Context(), actor, after, limit)
+			read, err := cfg.Source.Changes(r.Context(), actor, after.Pos, limit)
+			if err == nil && (len(read.Positions) != len(read.Changes) || read.More && len(read.Changes) == 0) {
+				err = errors.New("changefeed: the source's read is inconsistent")
+			}
 			switch {
-			case errors.Is(err, ErrCursorExpired):
+			case errors.Is(err, ErrCursorExpired), err == nil && after.expired(read.Head, read.Horizon):
 				writeErr(w, r, http.StatusGone, CodeCursorExpired, "the server no longer keeps what this cursor needs; read again from the beginning")
 				return
 			case err != nil:
@@ -261,13 +362,10 @@ func Handler(cfg Config) http.Handler {
 				writeErr(w, r, http.StatusInternalServerError, CodeInternal, "reading the changes failed; retry later")
 				return
 			}
-			if len(changes) > 0 || deadline == nil {
-				page := Page{Changes: changes, Cursor: EncodeCursor(after), HasMore: more}
+			if len(read.Changes) > 0 || deadline == nil {
+				page := Page{Changes: read.Changes, Cursor: EncodeCursor(after.next(read)), HasMore: read.More}
 				if page.Changes == nil {
 					page.Changes = []Change{}
-				}
-				if len(positions) > 0 {
-					page.Cursor = EncodeCursor(positions[len(positions)-1])
 				}
 				writeJSON(w, page)
 				return

@@ -14,10 +14,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// memSource is an in-memory Source: positions 1..n.
+// memSource is an in-memory Source: positions 1..n, then up to head
+// the positions of swept tombstones (head 0: n).
 type memSource struct {
 	mu      sync.Mutex
 	changes []Change
+	head    int64
 	horizon int64
 }
 
@@ -27,22 +29,19 @@ func (s *memSource) add(c Change) {
 	s.mu.Unlock()
 }
 
-func (s *memSource) Changes(_ context.Context, actor string, after int64, limit int) ([]Change, []int64, bool, error) {
+func (s *memSource) Changes(_ context.Context, actor string, after int64, limit int) (Read, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if after > 0 && (after < s.horizon || after > int64(len(s.changes))) {
-		return nil, nil, false, ErrCursorExpired
-	}
-	var out []Change
-	var pos []int64
-	for i := after; i < int64(len(s.changes)); i++ {
-		if len(out) == limit {
-			return out, pos, true, nil
+	r := Read{Head: max(s.head, int64(len(s.changes))), Horizon: s.horizon}
+	for i := max(after, 0); i < int64(len(s.changes)); i++ {
+		if len(r.Changes) == limit {
+			r.More = true
+			break
 		}
-		out = append(out, s.changes[i])
-		pos = append(pos, i+1)
+		r.Changes = append(r.Changes, s.changes[i])
+		r.Positions = append(r.Positions, i+1)
 	}
-	return out, pos, false, nil
+	return r, nil
 }
 
 func get(t *testing.T, h http.Handler, query string) (int, Page, string) {
@@ -63,14 +62,14 @@ func TestHandler(t *testing.T) {
 	n := &Notifier{}
 	h := Handler(Config{Source: src, Notifier: n, Actor: func(*http.Request) (string, error) { return "alice", nil }})
 	code, p, _ := get(t, h, "limit=2")
-	if code != 200 || len(p.Changes) != 2 || p.Cursor != "2" || !p.HasMore {
+	if code != 200 || len(p.Changes) != 2 || p.Cursor != "2.3" || !p.HasMore {
 		t.Fatalf("first page: %d %+v", code, p)
 	}
-	if _, p, _ = get(t, h, "after=2"); len(p.Changes) != 1 || p.Cursor != "3" || p.HasMore {
+	if _, p, _ = get(t, h, "after=2.3"); len(p.Changes) != 1 || p.Cursor != "3" || p.HasMore {
 		t.Fatalf("second page: %+v", p)
 	}
 	if _, p, body := get(t, h, "after=3"); len(p.Changes) != 0 || p.Cursor != "3" || body == "" {
-		t.Fatalf("empty page keeps the cursor: %s", body)
+		t.Fatalf("an empty page at the head: %s", body)
 	}
 	for _, tt := range []struct {
 		q    string
@@ -134,19 +133,74 @@ closed:
 	}
 }
 
-func TestParseCursor(t *testing.T) {
+// TestCursorRules: the last page of a read ends at the head, past swept
+// tombstones; the pages of a read from the beginning carry the head it
+// began at, so tombstones swept below it do not expire them; "0" is a
+// cursor like any other, and no cursor never expires.
+func TestCursorRules(t *testing.T) {
 	t.Parallel()
-	for c, want := range map[string]int64{"": 0, "0": 0, "42": 42} {
-		if got, err := ParseCursor(c); err != nil || got != want {
-			t.Errorf("%q: %d %v", c, got, err)
+	// Three live records at 1..3; tombstones at 4 and 5 were swept.
+	src := &memSource{head: 5, horizon: 5}
+	for i := range 3 {
+		src.add(Change{Type: "note", ClientID: string(rune('a' + i)), Version: 1})
+	}
+	h := Handler(Config{Source: src, Actor: func(*http.Request) (string, error) { return "alice", nil }})
+	cursor := ""
+	for i, want := range []string{"1.5", "2.5", "5"} {
+		code, p, body := get(t, h, "limit=1&after="+cursor)
+		if code != 200 || len(p.Changes) != 1 || p.Cursor != want || p.HasMore != (i < 2) {
+			t.Fatalf("page %d after %q: %s, want the cursor %s", i, cursor, body, want)
+		}
+		cursor = p.Cursor
+	}
+	if code, p, body := get(t, h, "after=5"); code != 200 || len(p.Changes) != 0 || p.Cursor != "5" {
+		t.Fatalf("after the last page: %s", body)
+	}
+	for _, tt := range []struct {
+		q    string
+		code int
+	}{
+		{"after=3", 410},   // below the horizon
+		{"after=0", 410},   // "0" too
+		{"after=1.4", 410}, // a read that began below the horizon
+		{"after=6", 410},   // past the head: another database
+		{"after=1.6", 410},
+		{"after=", 200}, // no cursor: the beginning
+		{"", 200},
+	} {
+		if code, _, body := get(t, h, tt.q); code != tt.code {
+			t.Errorf("%s: %s, want %d", tt.q, body, tt.code)
 		}
 	}
-	for _, c := range []string{"-1", "x", "1.5", "99999999999999999999"} {
+	empty := Handler(Config{Source: &memSource{}, Actor: func(*http.Request) (string, error) { return "alice", nil }})
+	if code, p, body := get(t, empty, ""); code != 200 || p.Cursor != "0" {
+		t.Fatalf("an empty feed: %s", body)
+	}
+	if code, p, body := get(t, empty, "after=0"); code != 200 || p.Cursor != "0" {
+		t.Fatalf("an empty feed after 0: %s", body)
+	}
+}
+
+func TestParseCursor(t *testing.T) {
+	t.Parallel()
+	for c, want := range map[string]Cursor{
+		"":      {},
+		"0":     {Set: true},
+		"42":    {Set: true, Pos: 42},
+		"42.97": {Set: true, Pos: 42, Floor: 97},
+		"0.3":   {Set: true, Floor: 3},
+	} {
+		got, err := ParseCursor(c)
+		if err != nil || got != want {
+			t.Errorf("%q: %+v %v", c, got, err)
+		}
+		if EncodeCursor(got) != c {
+			t.Errorf("%q encodes back as %q", c, EncodeCursor(got))
+		}
+	}
+	for _, c := range []string{"-1", "x", "+5", "007", "1.", ".1", "5.5", "5.3", "1.2.3", "1.x", "99999999999999999999"} {
 		if _, err := ParseCursor(c); err == nil {
 			t.Errorf("%q parsed", c)
 		}
-	}
-	if EncodeCursor(7) != "7" {
-		t.Error("EncodeCursor")
 	}
 }

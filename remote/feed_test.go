@@ -9,10 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/syncd/syncd/changefeed"
+	"github.com/syncd/syncd/idempotency/idempotencytest"
 	"github.com/syncd/syncd/internal/clocktest"
 )
 
@@ -391,4 +393,192 @@ func TestBatchRoute(t *testing.T) {
 			t.Fatalf("no token: %d", r.status)
 		}
 	})
+}
+
+// sweepAll moves the clock past the tombstone retention and sweeps, so
+// every tombstone made so far is gone, and returns how many were.
+func sweepAll(t *testing.T, h *harness, clock *clocktest.Clock) int {
+	t.Helper()
+	clock.Advance(DefaultTombstoneRetention + time.Second)
+	n, err := h.srv.SweepTombstones(context.Background())
+	if err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	return n
+}
+
+// TestFullReadEndsAtAcceptedCursor (issue 25, 1): an actor whose newest
+// changes are swept tombstones. A read from the beginning, in pages of
+// any size, is answered to its end (no page below the horizon answers
+// 410), and its last page's cursor is one the server accepts: reading on
+// from it is an empty page at the same cursor, then the next write.
+// Before, the last page ended at the last live record, below the
+// horizon, and every device looped 410, full read, 410.
+func TestFullReadEndsAtAcceptedCursor(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clock := clocktest.New()
+		cfg := b.config(t)
+		cfg.Now = clock.Now
+		h := setup(t, cfg)
+		for i := range 3 {
+			h.must(t, "POST", "/v1/notes", "alice", newKey(), fmt.Sprintf(`{"clientId":"n%d","data":{}}`, i))
+		}
+		for i := range 2 {
+			d := entityOf(t, h.must(t, "POST", "/v1/notes", "alice", newKey(), fmt.Sprintf(`{"clientId":"d%d","data":{}}`, i)))
+			h.must(t, "DELETE", "/v1/notes/"+d.ID, "alice", newKey(), "")
+		}
+		if n := sweepAll(t, h, clock); n != 2 {
+			t.Fatalf("swept %d tombstones, want 2", n)
+		}
+		var cursor string
+		for _, limit := range []int{1, 2, 100} {
+			var got map[string]changefeed.Change
+			got, cursor = h.readAll(t, "alice", "", limit)
+			if len(got) != 3 {
+				t.Fatalf("limit %d: a full read has %d records: %v", limit, len(got), got)
+			}
+			r := h.must(t, "GET", "/v1/changes?after="+cursor, "alice", "", "")
+			if r.status != http.StatusOK {
+				t.Fatalf("limit %d: the cursor %s that ended a full read answers %d %s", limit, cursor, r.status, r.body)
+			}
+			if p := pageOf(t, r); len(p.Changes) != 0 || p.Cursor != cursor || p.HasMore {
+				t.Fatalf("limit %d: after the end of a full read: %+v, want an empty page at %s", limit, p, cursor)
+			}
+		}
+		h.must(t, "POST", "/v1/notes", "alice", newKey(), `{"clientId":"n3","data":{}}`)
+		if p := pageOf(t, h.must(t, "GET", "/v1/changes?after="+cursor, "alice", "", "")); len(p.Changes) != 1 || p.Changes[0].ClientID != "n3" {
+			t.Fatalf("the next write after the cursor: %+v", p)
+		}
+	})
+}
+
+// TestFullReadAcrossSweeps: a read from the beginning, page by page, is
+// not disturbed by the sweep of tombstones deleted before it began (it
+// never saw their records), but when a record it already read is deleted
+// and its tombstone swept before the read reaches it, the next page
+// answers 410: the read would otherwise end holding that record.
+func TestFullReadAcrossSweeps(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clock := clocktest.New()
+		cfg := b.config(t)
+		cfg.Now = clock.Now
+		h := setup(t, cfg)
+		ids := map[string]string{}
+		for i := range 6 {
+			cid := fmt.Sprintf("n%d", i)
+			ids[cid] = entityOf(t, h.must(t, "POST", "/v1/notes", "alice", newKey(), `{"clientId":"`+cid+`","data":{}}`)).ID
+		}
+		d := entityOf(t, h.must(t, "POST", "/v1/notes", "alice", newKey(), `{"clientId":"d","data":{}}`))
+		h.must(t, "DELETE", "/v1/notes/"+d.ID, "alice", newKey(), "")
+
+		p1 := pageOf(t, h.must(t, "GET", "/v1/changes?limit=2", "alice", "", ""))
+		if len(p1.Changes) != 2 || !p1.HasMore {
+			t.Fatalf("first page: %+v", p1)
+		}
+		if n := sweepAll(t, h, clock); n != 1 {
+			t.Fatalf("swept %d, want 1", n)
+		}
+		r := h.must(t, "GET", "/v1/changes?limit=2&after="+p1.Cursor, "alice", "", "")
+		if r.status != http.StatusOK {
+			t.Fatalf("the read's second page after the sweep of a tombstone from before it: %d %s", r.status, r.body)
+		}
+		p2 := pageOf(t, r)
+		if len(p2.Changes) != 2 || !p2.HasMore || p2.Changes[0].ClientID != "n2" {
+			t.Fatalf("second page: %+v", p2)
+		}
+		// n0, read on the first page, is deleted and swept: the read
+		// must start again.
+		h.must(t, "DELETE", "/v1/notes/"+ids["n0"], "alice", newKey(), "")
+		if n := sweepAll(t, h, clock); n != 1 {
+			t.Fatalf("swept %d, want 1", n)
+		}
+		if r := h.must(t, "GET", "/v1/changes?limit=2&after="+p2.Cursor, "alice", "", ""); r.status != http.StatusGone || codeOf(t, r) != CodeCursorExpired {
+			t.Fatalf("a read that missed the tombstone of a record it holds: %d %s, want 410", r.status, r.body)
+		}
+	})
+}
+
+// TestCursorZeroExpires (issue 25, 8): "0" is a cursor like any other. A
+// device that read an empty account holds "0"; once a tombstone it never
+// saw is swept, "0" answers 410. No cursor (after absent or empty) is
+// the beginning and never expires.
+func TestCursorZeroExpires(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clock := clocktest.New()
+		cfg := b.config(t)
+		cfg.Now = clock.Now
+		h := setup(t, cfg)
+		_, cursor := h.readAll(t, "alice", "", 100)
+		if cursor != "0" {
+			t.Fatalf("the cursor of an empty account: %q, want \"0\"", cursor)
+		}
+		x := entityOf(t, h.must(t, "POST", "/v1/notes", "alice", newKey(), `{"clientId":"x","data":{}}`))
+		h.must(t, "DELETE", "/v1/notes/"+x.ID, "alice", newKey(), "")
+		if p := pageOf(t, h.must(t, "GET", "/v1/changes?after=0", "alice", "", "")); len(p.Changes) != 1 || !p.Changes[0].Deleted {
+			t.Fatalf("after=0 before the sweep: %+v", p)
+		}
+		if n := sweepAll(t, h, clock); n != 1 {
+			t.Fatalf("swept %d, want 1", n)
+		}
+		if r := h.must(t, "GET", "/v1/changes?after=0", "alice", "", ""); r.status != http.StatusGone || codeOf(t, r) != CodeCursorExpired {
+			t.Fatalf("after=0 past a swept tombstone: %d %s, want 410", r.status, r.body)
+		}
+		for _, q := range []string{"", "?after="} {
+			if p := pageOf(t, h.must(t, "GET", "/v1/changes"+q, "alice", "", "")); len(p.Changes) != 0 || p.Cursor == "0" || p.HasMore {
+				t.Fatalf("no cursor %q: %+v, want an empty page at the head", q, p)
+			}
+		}
+	})
+}
+
+// TestChangesOneSnapshot (issue 25, 11): on PostgreSQL the actor's
+// horizon, head and rows are read in one snapshot. A sweep placed
+// between the horizon's read and the rows' (Config.TestHookChangesRead)
+// does not make the page skip a tombstone for good: the page holds it
+// (read before the sweep), or the cursor expires. Before, the horizon
+// was read in one statement and the rows in another, and the page ended
+// past the swept tombstone at a cursor the server accepted. (On bbolt a
+// read is one View transaction: nothing can run between its reads.)
+func TestChangesOneSnapshot(t *testing.T) {
+	t.Parallel()
+	clock := clocktest.New()
+	cfg := Config{PostgresDSN: idempotencytest.PostgresDSN(t), Now: clock.Now}
+	var (
+		h     *harness
+		armed atomic.Bool
+	)
+	cfg.TestHookChangesRead = func(ctx context.Context) {
+		if armed.CompareAndSwap(true, false) {
+			if n, err := h.srv.SweepTombstones(ctx); err != nil || n != 1 {
+				t.Errorf("the sweep between the reads: %d %v, want 1 swept", n, err)
+			}
+		}
+	}
+	h = setup(t, cfg)
+	h.must(t, "POST", "/v1/notes", "alice", newKey(), `{"clientId":"a","data":{}}`)
+	_, cursor := h.readAll(t, "alice", "", 100)
+	b := entityOf(t, h.must(t, "POST", "/v1/notes", "alice", newKey(), `{"clientId":"b","data":{}}`))
+	h.must(t, "DELETE", "/v1/notes/"+b.ID, "alice", newKey(), "")
+	h.must(t, "POST", "/v1/notes", "alice", newKey(), `{"clientId":"c","data":{}}`)
+
+	clock.Advance(DefaultTombstoneRetention + time.Second)
+	armed.Store(true)
+	r := h.must(t, "GET", "/v1/changes?after="+cursor, "alice", "", "")
+	if armed.Load() {
+		t.Fatal("the hook did not run")
+	}
+	if r.status == http.StatusGone {
+		return
+	}
+	p := pageOf(t, r)
+	seen := map[string]bool{}
+	for _, c := range p.Changes {
+		seen[c.ClientID] = c.Deleted
+	}
+	if deleted, ok := seen["b"]; !ok || !deleted {
+		t.Fatalf("the page skipped b's tombstone, swept during the read: %+v", p)
+	}
 }

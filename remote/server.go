@@ -100,6 +100,10 @@ type Config struct {
 	// TestHookAfterReserve runs after a new idempotency reservation,
 	// before the handler (idempotency.Config.TestHookAfterReserve).
 	TestHookAfterReserve func(ctx context.Context)
+	// TestHookChangesRead runs inside each read of the changes feed on
+	// PostgreSQL, after the actor's head and horizon are read and before
+	// its rows are: a test places a tombstone sweep there.
+	TestHookChangesRead func(ctx context.Context)
 }
 
 // Server is the reference remote server. Its methods are safe for
@@ -294,6 +298,7 @@ func (s *Server) openStorage(ctx context.Context) error {
 		if err == nil {
 			var es *pgEntities
 			if es, err = newPGEntities(ctx, pool, own); err == nil {
+				es.testHookChangesRead = cfg.TestHookChangesRead
 				s.store, s.idem = es, idem
 				return nil
 			}

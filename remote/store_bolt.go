@@ -151,24 +151,18 @@ func (s *boltEntities) written(tx *bolt.Tx, e *boltEntity) error {
 	return nil
 }
 
-// Changes implements changefeed.Source.
-func (s *boltEntities) Changes(ctx context.Context, actor string, after int64, limit int) ([]changefeed.Change, []int64, bool, error) {
-	var (
-		out  []changefeed.Change
-		pos  []int64
-		more bool
-	)
+// Changes implements changefeed.Source: one View transaction reads the
+// actor's head, horizon and rows.
+func (s *boltEntities) Changes(ctx context.Context, actor string, after int64, limit int) (changefeed.Read, error) {
+	var r changefeed.Read
 	err := s.db.View(func(tx *bolt.Tx) error {
-		last := getU64(tx.Bucket(bucketSeq), []byte(actor))
-		horizon := getU64(tx.Bucket(bucketHorizon), []byte(actor))
-		if after > 0 && (after < horizon || after > last) {
-			return changefeed.ErrCursorExpired
-		}
+		r.Head = getU64(tx.Bucket(bucketSeq), []byte(actor))
+		r.Horizon = getU64(tx.Bucket(bucketHorizon), []byte(actor))
 		prefix := actorPrefix(actor)
 		c := tx.Bucket(bucketChanges).Cursor()
 		for k, id := c.Seek(changeKey(actor, after+1)); k != nil && bytes.HasPrefix(k, prefix); k, id = c.Next() {
-			if len(out) == limit {
-				more = true
+			if len(r.Changes) == limit {
+				r.More = true
 				break
 			}
 			v := tx.Bucket(bucketEntities).Get(id)
@@ -179,12 +173,15 @@ func (s *boltEntities) Changes(ctx context.Context, actor string, after int64, l
 			if err := json.Unmarshal(v, &e); err != nil {
 				return fmt.Errorf("remote: decode entity %s: %w", id, err)
 			}
-			out = append(out, e.change())
-			pos = append(pos, int64(binary.BigEndian.Uint64(k[len(prefix):])))
+			r.Changes = append(r.Changes, e.change())
+			r.Positions = append(r.Positions, int64(binary.BigEndian.Uint64(k[len(prefix):])))
 		}
 		return nil
 	})
-	return out, pos, more, err
+	if err != nil {
+		return changefeed.Read{}, err
+	}
+	return r, nil
 }
 
 // sweepTombstones deletes tombstones deleted before before, a thousand

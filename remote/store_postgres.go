@@ -88,6 +88,8 @@ func nextSeq(ctx context.Context, tx pgx.Tx, actor string) (int64, error) {
 type pgEntities struct {
 	pool    *pgxpool.Pool
 	ownPool bool
+	// testHookChangesRead is Config.TestHookChangesRead.
+	testHookChangesRead func(ctx context.Context)
 }
 
 // openPool opens a pool for dsn, with DefaultPostgresMaxConns unless the
@@ -281,40 +283,44 @@ func (s *pgEntities) list(ctx context.Context, actor, typ, clientID string, limi
 	return out, rows.Err()
 }
 
-// Changes implements changefeed.Source.
-func (s *pgEntities) Changes(ctx context.Context, actor string, after int64, limit int) ([]changefeed.Change, []int64, bool, error) {
-	var last, horizon int64
-	err := s.pool.QueryRow(ctx, `SELECT seq, horizon FROM remote_actor_seq WHERE actor_id = $1`, actor).Scan(&last, &horizon)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil, false, fmt.Errorf("remote: changes: %w", err)
-	}
-	if after > 0 && (after < horizon || after > last) {
-		return nil, nil, false, changefeed.ErrCursorExpired
-	}
-	rows, err := s.pool.Query(ctx, `SELECT `+entityColumns+` FROM remote_entities
-		WHERE actor_id = $1 AND change_seq > $2 ORDER BY change_seq LIMIT $3`, actor, after, limit+1)
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("remote: changes: %w", err)
-	}
-	defer rows.Close()
-	var (
-		out []changefeed.Change
-		pos []int64
-	)
-	more := false
-	for rows.Next() {
-		e, err := scanEntity(rows)
+// Changes implements changefeed.Source. The actor's head, horizon and
+// rows are read in one read-only REPEATABLE READ transaction, so in one
+// snapshot: a sweep that commits between the statements neither hides a
+// tombstone from the rows nor shows a horizon the rows do not match.
+func (s *pgEntities) Changes(ctx context.Context, actor string, after int64, limit int) (changefeed.Read, error) {
+	var r changefeed.Read
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT seq, horizon FROM remote_actor_seq WHERE actor_id = $1`, actor).Scan(&r.Head, &r.Horizon)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if s.testHookChangesRead != nil {
+			s.testHookChangesRead(ctx)
+		}
+		rows, err := tx.Query(ctx, `SELECT `+entityColumns+` FROM remote_entities
+			WHERE actor_id = $1 AND change_seq > $2 ORDER BY change_seq LIMIT $3`, actor, after, limit+1)
 		if err != nil {
-			return nil, nil, false, fmt.Errorf("remote: changes: %w", err)
+			return err
 		}
-		if len(out) == limit {
-			more = true
-			break
+		defer rows.Close()
+		for rows.Next() {
+			e, err := scanEntity(rows)
+			if err != nil {
+				return err
+			}
+			if len(r.Changes) == limit {
+				r.More = true
+				break
+			}
+			r.Changes = append(r.Changes, e.change())
+			r.Positions = append(r.Positions, e.seq)
 		}
-		out = append(out, e.change())
-		pos = append(pos, e.seq)
+		return rows.Err()
+	})
+	if err != nil {
+		return changefeed.Read{}, fmt.Errorf("remote: changes: %w", err)
 	}
-	return out, pos, more, rows.Err()
+	return r, nil
 }
 
 // sweepTombstones deletes tombstones deleted before before, 1,000 per

@@ -22,12 +22,13 @@ type Entity struct {
 	ID             string          `json:"id"` // server-generated UUID
 	ClientID       string          `json:"clientId"`
 	Type           string          `json:"type"`
-	Data           json.RawMessage `json:"data"`
+	Data           json.RawMessage `json:"data,omitempty"` // absent from a tombstone's answers
 	PayloadVersion int64           `json:"payloadVersion"`
 	CreatedAt      time.Time       `json:"createdAt"`
 	UpdatedAt      time.Time       `json:"updatedAt"`
-	// Deleted entities are kept as tombstones: GET shows them, an update
-	// answers 410, a create with their clientId brings them back.
+	// Deleted entities are kept as tombstones: GET shows them (without
+	// data), an update answers 410, a create with their clientId brings
+	// them back.
 	Deleted   bool       `json:"deleted,omitempty"`
 	DeletedAt *time.Time `json:"deletedAt,omitempty"`
 	// Version counts the record's applied writes: 1 at create, +1 per
@@ -39,6 +40,15 @@ type Entity struct {
 	// seq is the record's position in its actor's changes feed, set by
 	// the storage at each write.
 	seq int64
+}
+
+// shown is the entity as the routes answer it: a tombstone without its
+// data, as the feed shows it.
+func (e Entity) shown() Entity {
+	if e.Deleted {
+		e.Data = nil
+	}
+	return e
 }
 
 // change is the entity as the changes feed shows it.
@@ -318,11 +328,11 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 	case conflict:
 		s.writeConflict(w, typ, e)
 	default:
-		writeJSON(w, http.StatusOK, e)
+		writeJSON(w, http.StatusOK, e.shown())
 	}
 }
 
-// handleGet: GET /v1/{type}/{id}.
+// handleGet: GET /v1/{type}/{id}: the record, a tombstone without data.
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	typ, ok := pathType(w, r)
 	if !ok {
@@ -336,7 +346,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.internal(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, e)
+		writeJSON(w, http.StatusOK, e.shown())
 	}
 }
 
@@ -345,7 +355,11 @@ const listLimit = 1000
 
 // handleList: GET /v1/{type}?clientId=X answers {"items":[...]}: the
 // entity with that clientId (zero or one), or without clientId the
-// actor's entities of the type, at most 1000.
+// actor's entities of the type, at most 1000. With clientId it is the
+// remote protocol's single-record read (the daemon's refresh): the
+// record at its latest version, a tombstone as deleted with its version
+// and no data, and no item when the server holds nothing under that
+// client id (never created, or its tombstone swept).
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	typ, ok := pathType(w, r)
 	if !ok {
@@ -359,6 +373,9 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	}
 	if items == nil {
 		items = []Entity{}
+	}
+	for i := range items {
+		items[i] = items[i].shown()
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Items []Entity `json:"items"`

@@ -178,6 +178,7 @@ func TestConflictPolicy(t *testing.T) {
 		for _, typ := range []string{"notes", "tasks"} {
 			e := entityOf(t, h.must(t, "POST", "/v1/"+typ, "alice", newKey(), `{"clientId":"c","data":{"v":1}}`))
 			h.must(t, "PATCH", "/v1/"+typ+"/"+e.ID, "alice", newKey(), `{"data":{"v":2},"baseVersion":1}`) // version 2
+			before := pageOf(t, h.must(t, "GET", "/v1/changes?limit=1000", "alice", "", "")).Cursor
 			key := newKey()
 			r := h.must(t, "PATCH", "/v1/"+typ+"/"+e.ID, "alice", key, `{"data":{"v":"stale"},"baseVersion":1}`)
 			if typ == "notes" {
@@ -196,6 +197,15 @@ func TestConflictPolicy(t *testing.T) {
 			}
 			if again := h.must(t, "PATCH", "/v1/"+typ+"/"+e.ID, "alice", key, `{"data":{"v":"stale"},"baseVersion":1}`); !again.replayed || again.status != 409 {
 				t.Fatalf("the 409 is stored under its key: %d replayed=%v", again.status, again.replayed)
+			}
+			// The refused write changed nothing: the feed has nothing new,
+			// and its page ends at a cursor the server accepts.
+			p := pageOf(t, h.must(t, "GET", "/v1/changes?after="+before, "alice", "", ""))
+			if len(p.Changes) != 0 || p.HasMore {
+				t.Fatalf("the feed after a 409: %+v", p)
+			}
+			if r := h.must(t, "GET", "/v1/changes?after="+p.Cursor, "alice", "", ""); r.status != http.StatusOK {
+				t.Fatalf("the cursor after a 409: %d %s", r.status, r.body)
 			}
 			if r := h.must(t, "DELETE", "/v1/"+typ+"/"+e.ID+"?baseVersion=1", "alice", newKey(), ""); r.status != http.StatusConflict {
 				t.Fatalf("stale delete: %d %s", r.status, r.body)

@@ -15,9 +15,9 @@
 //
 //	POST   /v1/{type}       {clientId, data, payloadVersion}  201 the entity; 200 the existing one when (actor, type, clientId) names a live one
 //	PATCH  /v1/{type}/{id}  {data, payloadVersion, baseVersion?}  200, data replaced, version + 1; 409 version_conflict (reject policy)
-//	DELETE /v1/{type}/{id}[?baseVersion=N]                    200 the entity, now "deleted": true (a tombstone: GET still shows it)
+//	DELETE /v1/{type}/{id}[?baseVersion=N]                    200 the entity, now "deleted": true (a tombstone: GET still shows it, without data)
 //	GET    /v1/{type}/{id}                                    200 the entity, 404 not_found
-//	GET    /v1/{type}?clientId=X                              200 {"items":[...]}
+//	GET    /v1/{type}?clientId=X                              200 {"items":[...]}: the single-record read, zero or one
 //	GET    /v1/changes?after=&limit=&wait=                    200 {"changes":[...],"cursor","hasMore"}; 410 cursor_expired
 //	GET    /v1/capabilities                                   200 {"changes":true}
 //	GET    /metrics                                           Prometheus text, no token needed
@@ -33,7 +33,9 @@
 // with 409 version_conflict and the current record when their
 // baseVersion is below the record's version. The changes feed
 // (package changefeed) lists an actor's records changed after a cursor,
-// in commit order, deletes as tombstones kept Config.TombstoneRetention;
+// in commit order, deletes as tombstones kept Config.TombstoneRetention
+// (the last page of a read ends at the actor's head, a cursor the
+// server accepts);
 // a long poll (wait) answers as soon as a write of the actor commits,
 // across replicas on PostgreSQL (LISTEN/NOTIFY). data
 // must be a JSON object, else 400 validation. As a test hook, data with

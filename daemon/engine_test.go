@@ -877,49 +877,16 @@ func TestCreateAnsweredWithOtherData(t *testing.T) {
 	}
 }
 
-// An entity deleted and made again while the delete failed (403):
-// discarding the delete leaves the server's record live with the new
-// data. The create behind the delete goes as an update, since the server
-// still holds the entity and would answer a create with its old record.
-func TestDiscardDeleteBeforeRecreate(t *testing.T) {
+// An entity deleted and made again while the delete failed (403): the
+// create supersedes the refused delete, which never reached the server
+// and goes unsent (an operation.purged event tells it), and goes as an
+// update, since the server still holds the record live and would
+// answer a create with its old data. (Before issue 25 the create waited
+// behind the failed delete, and the entity stayed failed until the user
+// discarded the delete.)
+func TestRecreateSupersedesDeclinedDelete(t *testing.T) {
 	t.Parallel()
 	e := setup(t, envOpts{})
-	d, c := failedDeleteThenRecreate(t, e)
-	if err := e.store.Discard(context.Background(), d.Operation.ID); err != nil {
-		t.Fatal(err)
-	}
-	e.drain()
-	if op := e.wantState(c.Operation.ID, queue.StateDone); op.Type != queue.OpUpdate {
-		t.Errorf("the create behind the discarded delete went as %s", op.Type)
-	}
-	rec := e.oneRecord("n1")
-	if rec.Deleted {
-		t.Fatalf("server record deleted: %+v", rec)
-	}
-	jsonEq(t, rec.Data, `{"v":2}`)
-	if ent := e.entity("n1"); ent.SyncState != queue.SyncSynced {
-		t.Errorf("entity %s", ent.SyncState)
-	}
-}
-
-// An update of an entity made again behind a refused delete does not
-// send the delete again: only the user's retry does.
-func TestUpdateDoesNotRenewDeclinedDelete(t *testing.T) {
-	t.Parallel()
-	e := setup(t, envOpts{})
-	d, _ := failedDeleteThenRecreate(t, e)
-	e.update("n1", `{"v":3}`)
-	e.drain()
-	e.wantState(d.Operation.ID, queue.StatePermanentFailed)
-	if n := faultproxy.Count(e.proxy.Log(), func(en faultproxy.Entry) bool { return en.Method == "DELETE" }); n != 1 {
-		t.Errorf("the refused delete was sent %d times, want 1", n)
-	}
-}
-
-// failedDeleteThenRecreate syncs n1, has its delete refused with 403
-// (declined) and creates n1 again behind it: the delete and the create.
-func failedDeleteThenRecreate(t *testing.T, e *env) (del, create queue.Result) {
-	t.Helper()
 	e.create("n1", `{"v":1}`)
 	e.drain()
 	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
@@ -928,15 +895,38 @@ func failedDeleteThenRecreate(t *testing.T, e *env) (del, create queue.Result) {
 		}
 		return faultproxy.Action{}
 	})
-	del = e.del("n1")
+	del := e.del("n1")
 	e.drain()
 	if op := e.wantState(del.Operation.ID, queue.StatePermanentFailed); !op.Declined {
 		t.Fatalf("a 403 on delete was not declined: %+v", op)
 	}
-	create = e.create("n1", `{"v":2}`)
+	c := e.create("n1", `{"v":2}`)
 	e.drain()
-	e.wantState(create.Operation.ID, queue.StatePending)
-	return del, create
+	if op := e.wantState(c.Operation.ID, queue.StateDone); op.Type != queue.OpUpdate {
+		t.Errorf("the create over the refused delete went as %s", op.Type)
+	}
+	if _, err := e.store.GetOperation(del.Operation.ID); !errors.Is(err, queue.ErrOperationNotFound) {
+		t.Errorf("the refused delete: %v", err)
+	}
+	e.events.wait(t, "the delete's purge", func(es []queue.Event) bool {
+		for _, ev := range es {
+			if ev.Type == queue.EventOperationPurged && ev.OperationID == del.Operation.ID {
+				return true
+			}
+		}
+		return false
+	})
+	rec := e.oneRecord("n1")
+	if rec.Deleted {
+		t.Fatalf("server record deleted: %+v", rec)
+	}
+	jsonEq(t, rec.Data, `{"v":2}`)
+	if n := faultproxy.Count(e.proxy.Log(), func(en faultproxy.Entry) bool { return en.Method == "DELETE" }); n != 1 {
+		t.Errorf("the refused delete was sent %d times, want 1", n)
+	}
+	if ent := e.entity("n1"); ent.SyncState != queue.SyncSynced {
+		t.Errorf("entity %s", ent.SyncState)
+	}
 }
 
 // A 4xx after an attempt whose answer was lost is no proof that the

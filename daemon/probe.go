@@ -119,7 +119,16 @@ func (d *Daemon) probeNext() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	at, ok, err := d.store.NextWake(sess.account)
-	return at, err == nil && ok
+	if err != nil {
+		return at, false
+	}
+	if d.pullFailing() && (!ok || at.After(d.now())) {
+		// The puller waits out a backoff after failed reads: a probe
+		// tells it when the remote answers again, however little is
+		// queued (an idle device that only pulls).
+		return d.now().Add(time.Hour), true
+	}
+	return at, ok
 }
 
 // probe asks the remote whether it answers and records what it learned:

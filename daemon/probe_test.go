@@ -164,6 +164,7 @@ func TestProbeAtStartSendsBacklog(t *testing.T) {
 
 	cfg := probeCfg()
 	cfg.Store, cfg.Transport, cfg.Now, cfg.Logger = e.store, e.client, e.clock.Now, testLogger(t)
+	cfg.Pull = PullOff // a read of the feed would find the remote too
 	d2, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

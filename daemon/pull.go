@@ -172,6 +172,12 @@ func (d *Daemon) runPuller(soft context.Context) {
 			d.setPullState(PullStatePulling, "")
 		}
 
+		// A kick from before this read is answered by it; one that comes
+		// during it wakes the next wait.
+		select {
+		case <-d.pull.kick:
+		default:
+		}
 		ctx, cancel := context.WithCancel(soft)
 		unhook := context.AfterFunc(s.ctx, cancel) // the session ended: drop the read
 		began := time.Now()
@@ -300,6 +306,13 @@ func (d *Daemon) runPuller(soft context.Context) {
 	}
 }
 
+// pullFailing reports whether the puller waits after a failed read.
+func (d *Daemon) pullFailing() bool {
+	d.pull.mu.Lock()
+	defer d.pull.mu.Unlock()
+	return d.pull.state == PullStateError
+}
+
 // pullContact tells the reachability tracker what a read of the feed
 // learned: an answer (any status) says the remote is reachable, and a
 // page says it is well; no answer (a network error, a timeout) says it is
@@ -317,6 +330,12 @@ func (d *Daemon) pullContact(err error) {
 		d.observe(true, false, false)
 	default:
 		d.observe(false, false, false)
+	}
+	// The kick observe gives when the remote answers again is for a
+	// puller waiting; this one has just read.
+	select {
+	case <-d.pull.kick:
+	default:
 	}
 }
 
@@ -337,7 +356,13 @@ func (d *Daemon) setPullState(state, lastErr string) {
 // jitter, growing with consecutive failures. It returns false when the
 // daemon stops meanwhile.
 func (d *Daemon) pullBackoff(soft context.Context, failures *int, err error) bool {
+	was := d.pullFailing()
 	d.setPullState(PullStateError, err.Error())
+	if !was {
+		// The prober now has a reason to probe (pullFailing): let it
+		// look again, so the read goes as soon as the remote answers.
+		d.probeNow()
+	}
 	delay := d.policy.Backoff.Next(*failures, d.rnd)
 	*failures++
 	d.logger.Debug("daemon: pull failed; trying again", "in", delay, "err", err)

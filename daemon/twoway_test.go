@@ -39,6 +39,9 @@ type device struct {
 	client *transport.Client
 	path   string
 	cfg    Config
+	url    string // the remote the device talks to (default the server)
+	// maxDataBytes is the store's data limit (0: the default).
+	maxDataBytes int
 }
 
 func newTwoWay(t *testing.T, rcfg remote.Config) *twoWay {
@@ -74,7 +77,10 @@ func (dv *device) start(url string) {
 	t := dv.t
 	t.Helper()
 	var err error
-	dv.store, err = queue.Open(dv.path, queue.Config{OnCommit: dv.events.add, NoSync: true})
+	if dv.url != "" {
+		url = dv.url
+	}
+	dv.store, err = queue.Open(dv.path, queue.Config{OnCommit: dv.events.add, NoSync: true, MaxDataBytes: dv.maxDataBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +93,9 @@ func (dv *device) start(url string) {
 	if cfg.Pull == "" {
 		cfg.Pull = PullOn
 	}
-	cfg.PullWait = 20 * time.Second
+	if cfg.PullWait == 0 {
+		cfg.PullWait = 20 * time.Second
+	}
 	dv.d, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)

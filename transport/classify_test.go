@@ -136,10 +136,12 @@ func TestClassifyStatus(t *testing.T) {
 			decision: Done, code: CodeNotFound, serverID: "srv-1", serverCode: "not_found",
 		},
 		{
+			// The record the update was made on is gone (deleted and
+			// swept): a conflict, as a 410 is.
 			name:     "404 update",
 			req:      updateReq(),
 			handler:  reply(404, errBody("not_found")),
-			decision: Permanent, code: CodeNotFound, serverCode: "not_found", wantErr: ErrStatus,
+			decision: Conflict, code: CodeDeletedOnServer, serverCode: "not_found", wantErr: ErrStatus,
 		},
 		{
 			name:     "404 create",

@@ -275,10 +275,10 @@ func entityListOptions(r *http.Request) (queue.ListOptions, error) {
 	}
 	var opts queue.ListOptions
 	switch st := queue.SyncState(q.Get("syncState")); st {
-	case "", queue.SyncPending, queue.SyncSynced, queue.SyncFailed, queue.SyncConflict:
+	case "", queue.SyncPending, queue.SyncSynced, queue.SyncFailed, queue.SyncConflict, queue.SyncStale:
 		opts.SyncState = st
 	default:
-		return opts, badRequest(CodeInvalidRequest, fmt.Sprintf("syncState must be pending, synced, failed or conflict, got %q", st))
+		return opts, badRequest(CodeInvalidRequest, fmt.Sprintf("syncState must be pending, synced, failed, conflict or stale, got %q", st))
 	}
 	if opts.Limit, err = parseLimit(q.Get("limit")); err != nil {
 		return opts, err

@@ -236,9 +236,13 @@ type Entity struct {
 	ID              string          `json:"id"`
 	Data            json.RawMessage `json:"data"`
 	Deleted         bool            `json:"deleted,omitempty"`
-	SyncState       string          `json:"syncState"` // pending, synced, failed or conflict
+	SyncState       string          `json:"syncState"` // pending, synced, failed, conflict or stale
 	ServerID        string          `json:"serverId,omitempty"`
 	SyncError       string          `json:"syncError,omitempty"`
+	// SyncCode is the stable code of SyncError: the failed operation's
+	// code (failed, conflict), or why the entity is stale (too_large,
+	// refresh_needed).
+	SyncCode string `json:"syncCode,omitempty"`
 	Version         int64           `json:"version"`
 	CreatedAt       time.Time       `json:"createdAt"`
 	UpdatedAt       time.Time       `json:"updatedAt"`
@@ -255,7 +259,8 @@ type Entity struct {
 	Server *ServerRecord `json:"server,omitempty"`
 	// OperationID is the operation a write made (write answers only).
 	OperationID string `json:"operationId,omitempty"`
-	// Removed is set by Resolve when the entity left the store.
+	// Removed is set by Resolve and Refresh when the entity left the
+	// store.
 	Removed bool `json:"removed,omitempty"`
 	// Replayed is true when a write with an Idempotency-Key repeated an
 	// earlier one and syncd answered from it.
@@ -264,9 +269,15 @@ type Entity struct {
 
 // ServerRecord is the server's record of an entity beside the local one.
 type ServerRecord struct {
+	// ID is set when the record is another one than the entity's
+	// ServerID (the id was deleted, swept and created again).
+	ID      string          `json:"id,omitempty"`
 	Version int64           `json:"version"`
 	Deleted bool            `json:"deleted,omitempty"`
 	Data    json.RawMessage `json:"data,omitempty"`
+	// Missing says why Data is absent from a live record: too_large,
+	// refresh_needed.
+	Missing string `json:"missing,omitempty"`
 }
 
 // Resolve takes of an entity in conflict.
@@ -567,6 +578,17 @@ func (c *Client) Discard(ctx context.Context, id string) error {
 func (c *Client) Resolve(ctx context.Context, typ, id, take string) (Entity, error) {
 	var e Entity
 	_, err := c.do(ctx, http.MethodPost, "/v1/entities/"+esc(typ)+"/"+esc(id)+"/resolve", nil, map[string]string{"take": take}, nil, &e)
+	return e, err
+}
+
+// Refresh reads the entity's record from the server again and settles
+// the local entity with it (POST /v1/entities/{type}/{id}/refresh): a
+// synced or stale entity takes it; unsent local changes stay, with the
+// record beside them; Removed is set when the server holds nothing under
+// the id. Errors: remote_unavailable (503), refresh_unsupported (501).
+func (c *Client) Refresh(ctx context.Context, typ, id string) (Entity, error) {
+	var e Entity
+	_, err := c.do(ctx, http.MethodPost, "/v1/entities/"+esc(typ)+"/"+esc(id)+"/refresh", nil, nil, nil, &e)
 	return e, err
 }
 

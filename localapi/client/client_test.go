@@ -437,6 +437,45 @@ func TestClientResolve(t *testing.T) {
 	}
 }
 
+// TestClientRefresh: a refresh reads the record from the server and
+// settles the entity; an entity the server holds nothing of and nothing
+// local waits for leaves the store (removed); without a remote that
+// answers, 503 remote_unavailable and nothing changes.
+func TestClientRefresh(t *testing.T) {
+	t.Parallel()
+	e := localapitest.Start(t, localapitest.Options{Account: "alice", Drain: true})
+	c := newClient(t, e.Addr)
+	ctx := context.Background()
+	sub, err := c.Subscribe(ctx, client.SubscribeOptions{Since: e.Bus.LastSeq()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if _, err := c.Create(ctx, "note", "a", map[string]any{"v": 1}); err != nil {
+		t.Fatal(err)
+	}
+	for ev := collect(t, sub, 1)[0]; ev.Type != "operation.state" || ev.State != "done"; ev = collect(t, sub, 1)[0] {
+	}
+	got, err := c.Refresh(ctx, "note", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Data) != `{"v":1}` || got.ServerVersion != 1 || got.Removed {
+		t.Fatalf("refreshed: %+v", got)
+	}
+	if got, err := c.Refresh(ctx, "note", "nowhere"); err != nil || !got.Removed {
+		t.Fatalf("refresh of an id the server does not hold: %+v %v", got, err)
+	}
+	e.Remote.Close() // the remote's store is closed: reads fail
+	var ce *client.Error
+	if _, err := c.Refresh(ctx, "note", "a"); !errors.As(err, &ce) || ce.Status != 503 || ce.Code != "remote_unavailable" {
+		t.Fatalf("refresh without a remote: %v", err)
+	}
+	if got, err := c.Get(ctx, "note", "a"); err != nil || got.SyncState != "synced" || string(got.Data) != `{"v":1}` {
+		t.Fatalf("after a failed refresh: %+v %v", got, err)
+	}
+}
+
 // TestClientBatch: one call, all or none; the refused write's index; the
 // keys fixed by the client replay on a retry of the same call.
 func TestClientBatch(t *testing.T) {

@@ -231,22 +231,22 @@ func IsCode(err error, code string) bool {
 
 // Entity is an app record as syncd holds it.
 type Entity struct {
-	AccountID       string          `json:"accountId"`
-	Type            string          `json:"type"`
-	ID              string          `json:"id"`
-	Data            json.RawMessage `json:"data"`
-	Deleted         bool            `json:"deleted,omitempty"`
-	SyncState       string          `json:"syncState"` // pending, synced, failed, conflict or stale
-	ServerID        string          `json:"serverId,omitempty"`
-	SyncError       string          `json:"syncError,omitempty"`
+	AccountID string          `json:"accountId"`
+	Type      string          `json:"type"`
+	ID        string          `json:"id"`
+	Data      json.RawMessage `json:"data"`
+	Deleted   bool            `json:"deleted,omitempty"`
+	SyncState string          `json:"syncState"` // pending, synced, failed, conflict or stale
+	ServerID  string          `json:"serverId,omitempty"`
+	SyncError string          `json:"syncError,omitempty"`
 	// SyncCode is the stable code of SyncError: the failed operation's
 	// code (failed, conflict), or why the entity is stale (too_large,
 	// refresh_needed).
-	SyncCode string `json:"syncCode,omitempty"`
-	Version         int64           `json:"version"`
-	CreatedAt       time.Time       `json:"createdAt"`
-	UpdatedAt       time.Time       `json:"updatedAt"`
-	LastOperationID string          `json:"lastOperationId"`
+	SyncCode        string    `json:"syncCode,omitempty"`
+	Version         int64     `json:"version"`
+	CreatedAt       time.Time `json:"createdAt"`
+	UpdatedAt       time.Time `json:"updatedAt"`
+	LastOperationID string    `json:"lastOperationId"`
 	// SyncedOperationID is the operation whose data the server was last
 	// known to hold; empty when that is not known.
 	SyncedOperationID string `json:"syncedOperationId,omitempty"`

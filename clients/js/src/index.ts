@@ -187,6 +187,15 @@ export class SyncdClient {
   }
 
   /**
+   * Reads the entity's record from the server again and settles the local
+   * entity with it; `removed` is set when the server holds nothing under
+   * the id. Fails with remote_unavailable (503) or refresh_unsupported (501).
+   */
+  async refresh(type: string, id: string): Promise<Entity> {
+    return (await this.request("POST", `/v1/entities/${seg(type)}/${seg(id)}/refresh`)) as Entity;
+  }
+
+  /**
    * Makes every write in ONE transaction: all of them or, when one is
    * refused, none (the SyncdError's index names it). Each write without
    * an idempotencyKey gets one now, so a retry replays.

@@ -2,25 +2,32 @@
 // test/types.test.ts fails when the OpenAPI document gains a member these
 // types (through the key lists below) do not carry.
 
-export type SyncState = "pending" | "synced" | "failed" | "conflict";
+export type SyncState = "pending" | "synced" | "failed" | "conflict" | "stale";
 export type OperationState = "pending" | "sending" | "retry_waiting" | "permanent_failed" | "done";
 
 /** The server's record of an entity beside the local one. */
 export interface ServerRecord {
+  /** Set when it is another record than the entity's serverId (the id was deleted, swept and created again). */
+  id?: string;
   version: number;
   deleted?: boolean;
   data?: Record<string, unknown>;
+  /** Why data is absent from a live record: too_large, refresh_needed. */
+  missing?: "too_large" | "refresh_needed";
 }
 
 export interface Entity {
   accountId: string;
   type: string;
   id: string;
-  data: Record<string, unknown>;
+  /** null only for a stale entity whose data this device never held (too_large). */
+  data: Record<string, unknown> | null;
   deleted?: boolean;
   syncState: SyncState;
   serverId?: string;
   syncError?: string;
+  /** The stable code of syncError: the failed operation's code (failed, conflict), or why it is stale. */
+  syncCode?: string;
   version: number;
   createdAt: string;
   updatedAt: string;
@@ -30,7 +37,7 @@ export interface Entity {
   server?: ServerRecord;
   /** The operation a write made (write answers only). */
   operationId?: string;
-  /** Resolve only: the entity left the store. */
+  /** Resolve and refresh only: the entity left the store. */
   removed?: boolean;
 }
 
@@ -156,9 +163,9 @@ export interface BatchWrite {
 // The members each type carries, for the drift test against the OpenAPI
 // document. Keep them in step with the interfaces above.
 export const members = {
-  Entity: ["accountId", "type", "id", "data", "deleted", "syncState", "serverId", "syncError", "version", "createdAt",
-    "updatedAt", "lastOperationId", "syncedOperationId", "serverVersion", "server", "operationId"],
-  ServerRecord: ["version", "deleted", "data"],
+  Entity: ["accountId", "type", "id", "data", "deleted", "syncState", "serverId", "syncError", "syncCode", "version",
+    "createdAt", "updatedAt", "lastOperationId", "syncedOperationId", "serverVersion", "server", "operationId"],
+  ServerRecord: ["id", "version", "deleted", "data", "missing"],
   Operation: ["id", "seq", "accountId", "operationType", "entityType", "entityId", "payloadVersion", "payload",
     "payloadFingerprint", "state", "attemptCount", "nextAttemptAt", "leaseOwner", "leaseExpiresAt", "lastErrorCode",
     "lastError", "createdAt", "completedAt", "userRetriedAt", "requestFingerprint", "declined", "remoteKey",
@@ -180,7 +187,7 @@ export const errorCodes = [
   "request_timeout", "body_too_large", "unsupported_media_type", "invalid_json", "invalid_request", "no_session",
   "entity_exists", "illegal_transition", "not_purgeable", "no_conflict", "purge_in_progress", "idempotency_key_reused",
   "upgrade_required", "internal", "shutting_down", "too_many_subscribers", "storage_full", "admin_required", "read_only",
-  "type_not_granted", "account_not_granted", "app_exists",
+  "type_not_granted", "account_not_granted", "app_exists", "refresh_unsupported", "remote_unavailable",
 ] as const;
 
 export type ErrorCode = (typeof errorCodes)[number];

@@ -291,3 +291,39 @@ func TestFullPassKeepsTheRecordsRemovalBesideUnsentChanges(t *testing.T) {
 		t.Fatalf("take server: %v %v", removed, err)
 	}
 }
+
+// TestCreateMakingANewRecordRebases: a create answered with a new server
+// id (the record under the client id was swept, so the server made a
+// new one) bases the entity on that record at its version, however high
+// the old record's was, and forgets what was known of the old one.
+func TestCreateMakingANewRecordRebases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	pulled(t, s, "n", "srv-old", 5, `{"v":5}`)
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
+	op := claim(t, s)
+	if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Resolve(ctx, "acct", "note", "n", TakeLocal, ""); err != nil {
+		t.Fatal(err)
+	}
+	create := claim(t, s)
+	if create.Type != OpCreate {
+		t.Fatalf("the resolution is a %s", create.Type)
+	}
+	if _, err := s.Complete(ctx, create.ID, "w", Completion{ServerID: "srv-new", ServerVersion: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := entity(t, s, "n")
+	if e.ServerID != "srv-new" || e.ServerVersion != 1 || e.Server != nil || e.SyncState != SyncSynced {
+		t.Fatalf("%+v server %+v", e, e.Server)
+	}
+	// The feed's echo of it is skipped; its next version is taken.
+	pulled(t, s, "n", "srv-new", 1, `{"v":"mine"}`)
+	pulled(t, s, "n", "srv-new", 2, `{"v":"two"}`)
+	if e, _ := entity(t, s, "n"); string(e.Data) != `{"v":"two"}` {
+		t.Fatalf("%+v", e)
+	}
+}

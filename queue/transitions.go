@@ -154,9 +154,23 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 	if e == nil {
 		return op, nil
 	}
-	changed := false
+	changed, another := false, false
 	if c.ServerID != "" && e.ServerID != c.ServerID {
+		// Another record than the one the entity was based on, if any (a
+		// create of an id deleted and swept on the server makes a new
+		// one): what was known of the old one no longer applies, and the
+		// new one's versions start again.
+		another = e.ServerID != ""
+		if e.Server != nil && (e.Server.ID == "" || e.Server.ID == e.ServerID) && another {
+			e.Server = nil
+		}
 		e.ServerID, changed = c.ServerID, true
+		if another {
+			e.ServerVersion = 0
+		}
+		if e.Server != nil && e.Server.ID == e.ServerID {
+			e.Server.ID = ""
+		}
 	}
 	switch {
 	case op.Type == OpCreate && c.OtherData:

@@ -327,3 +327,52 @@ func TestCreateMakingANewRecordRebases(t *testing.T) {
 		t.Fatalf("%+v", e)
 	}
 }
+
+// TestGoneAnswerDoesNotHideARevival: a fresh 410 meets a deletion the
+// pull already kept beside the edit; the deletion's version is kept, not
+// raised, so the record brought back after it (the next version) is
+// taken, and resolving takes the live record. (The convergence checker
+// found B removing a record A had created again.)
+func TestGoneAnswerDoesNotHideARevival(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	pulled(t, s, "n", "srv-n", 1, `{"v":1}`)
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
+	pulled(t, s, "n", "srv-n", 2, "") // A deleted it
+	op := claim(t, s)
+	if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}, false); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := entity(t, s, "n")
+	if e.Server == nil || !e.Server.Deleted || e.Server.Version != 2 {
+		t.Fatalf("after the 410: server %+v", e.Server)
+	}
+	pulled(t, s, "n", "srv-n", 3, `{"v":"again"}`) // A created it again
+	e, _, err := s.Resolve(ctx, "acct", "note", "n", TakeServer, "")
+	if err != nil || string(e.Data) != `{"v":"again"}` || e.ServerVersion != 3 {
+		t.Fatalf("take server: %+v %v", e, err)
+	}
+}
+
+// TestReplayedDeleteKeepsARevival: this device's delete is applied (v12)
+// but its answer lost; another device creates the record again (v13),
+// which the pull keeps beside the unfinished delete; the resend's
+// replayed answer (v12) must not remove the record the server holds
+// live.
+func TestReplayedDeleteKeepsARevival(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	pulled(t, s, "n", "srv-n", 11, `{"v":11}`)
+	mustApply(t, s, Write{Op: OpDelete, EntityID: "n"})
+	op := claim(t, s)
+	pulled(t, s, "n", "srv-n", 13, `{"v":13}`)
+	if _, err := s.Complete(ctx, op.ID, "w", Completion{ServerID: "srv-n", ServerVersion: 12}); err != nil {
+		t.Fatal(err)
+	}
+	e, ok := entity(t, s, "n")
+	if !ok || e.Deleted || string(e.Data) != `{"v":13}` || e.ServerVersion != 13 || e.SyncState != SyncSynced {
+		t.Fatalf("%v %+v", ok, e)
+	}
+}

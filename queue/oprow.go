@@ -316,17 +316,19 @@ func (w *txw) reconcile(e *Entity, dirty bool) error {
 	if err != nil {
 		return err
 	}
+	if head == nil && e.serverAhead() && !e.serverUnheld() {
+		// The last local change is settled, and a pull brought a newer
+		// record of the server meanwhile (another device's write, later
+		// than this device's): take it now, as the pull would have. A
+		// delete of this device's whose answer is older (a replay) does
+		// not remove a record brought back since.
+		return w.adoptServer(e)
+	}
 	if head == nil && e.Deleted {
 		if err := w.deleteEntity(e.AccountID, e.Type, e.ID); err != nil {
 			return err
 		}
 		return w.entityEvent(e, EventEntityRemoved)
-	}
-	if head == nil && e.serverAhead() && !e.serverUnheld() {
-		// The last local change is settled, and a pull brought a newer
-		// record of the server meanwhile (another device's write, later
-		// than this device's): take it now, as the pull would have.
-		return w.adoptServer(e)
 	}
 	state, syncErr, code := SyncPending, "", ""
 	switch {
@@ -381,7 +383,7 @@ func (w *txw) adoptServer(e *Entity) error {
 		}
 		return w.remoteEvent(e, EventEntityRemoved)
 	}
-	e.Data = srv.Data
+	e.Data, e.Deleted = srv.Data, false
 	e.Version++
 	e.UpdatedAt = w.now
 	e.SyncedOperationID = ""

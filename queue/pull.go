@@ -413,8 +413,7 @@ func (tx *txw) endFullPass(account string) (int, error) {
 			// server no longer holds the record (deleted and swept):
 			// that is kept beside them, so their answer and a resolve
 			// know it.
-			id, v := e.known()
-			if srv := (ServerState{ID: id, Version: v + 1, Deleted: true}); e.newer(srv) {
+			if srv := e.gone(e.knownID()); e.newer(srv) {
 				e.setServer(srv)
 				if err := tx.saveEntity(e); err != nil {
 					return 0, err
@@ -483,11 +482,13 @@ func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, s
 		}
 		if srv.Version <= e.ServerVersion && (srv.ID == "" || srv.ID == e.ServerID) {
 			// An answer without the record's version (a 410, a 404): the
-			// server is past the version the change was made on, and if
-			// the answer is fresh, past anything known of the record.
-			srv.Version = e.ServerVersion + 1
-			if !replayed && e.Server != nil && (e.Server.ID == "" || e.Server.ID == e.ServerID) {
-				srv.Version = max(srv.Version, e.Server.Version+1)
+			// record is deleted there, at a version past the one the
+			// change was made on, and if the answer is fresh, past a live
+			// one a pull kept beside (gone).
+			if replayed {
+				srv.Version = e.ServerVersion + 1
+			} else {
+				srv = e.gone(e.ServerID)
 			}
 		}
 		// The newer of what the answer says and what a pull brought
@@ -650,6 +651,12 @@ func (e *Entity) newer(s ServerState) bool {
 	return true
 }
 
+// knownID is the id of the newest record of the server e knows.
+func (e *Entity) knownID() string {
+	id, _ := e.known()
+	return id
+}
+
 // known is the newest record of the server e knows: its id and version.
 func (e *Entity) known() (string, int64) {
 	if e.Server != nil {
@@ -658,6 +665,25 @@ func (e *Entity) known() (string, int64) {
 		}
 	}
 	return e.ServerID, e.ServerVersion
+}
+
+// gone is the server's record id of e when the server says it no
+// longer holds it live but not at which version: its deletion, kept beside e
+// already, or one at the lowest version it can have (one past the
+// newest version known). Never more: a record brought back after the
+// deletion has a higher version, which the feed must not skip.
+func (e *Entity) gone(id string) ServerState {
+	var v int64
+	if id == e.ServerID {
+		v = e.ServerVersion
+	}
+	if e.Server != nil && cmp.Or(e.Server.ID, e.ServerID) == id {
+		if e.Server.Deleted {
+			return *e.Server
+		}
+		v = max(v, e.Server.Version)
+	}
+	return ServerState{ID: id, Version: v + 1, Deleted: true}
 }
 
 // serverUnheld reports whether e.Server is a live record of the server,

@@ -167,8 +167,7 @@ func (tx *txw) recordGone(account, entityType, id string) error {
 		e.SyncState = SyncSynced
 		return tx.remoteEvent(e, EventEntityRemoved)
 	}
-	rid, v := e.known()
-	if srv := (ServerState{ID: rid, Version: v + 1, Deleted: true}); e.newer(srv) {
+	if srv := e.gone(e.knownID()); e.newer(srv) {
 		e.setServer(srv)
 		return tx.reconcile(e, true)
 	}

@@ -161,6 +161,15 @@ func TestClaimMatchesModel(t *testing.T) {
 					m.ops = append(m.ops, op)
 					return
 				}
+				if u := m.unfinished(p); typ == OpCreate && len(u) > 0 && u[0].state == StatePermanentFailed && u[0].declined && u[0].typ == OpDelete {
+					// A create over a declined delete supersedes it (it
+					// never reached the server): an update of the record
+					// the server still holds, when it has one.
+					m.remove(u[0])
+					if e.serverID {
+						op.typ = OpUpdate
+					}
+				}
 				if u := m.unfinished(p); mergeable && typ != OpCreate && len(u) > 0 {
 					// An update or delete supersedes an unsent update.
 					if tail := u[len(u)-1]; tail.typ == OpUpdate && tail.state == StatePending && !tail.claimed {

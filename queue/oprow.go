@@ -324,6 +324,11 @@ func (w *txw) reconcile(e *Entity, dirty bool) error {
 		// not remove a record brought back since.
 		return w.adoptServer(e)
 	}
+	if head == nil && e.Deleted && e.serverUnheld() {
+		// A delete settled, but the server holds a newer live version
+		// (bigger than this device holds): not removed, stale.
+		e.Deleted, dirty = false, true
+	}
 	if head == nil && e.Deleted {
 		if err := w.deleteEntity(e.AccountID, e.Type, e.ID); err != nil {
 			return err

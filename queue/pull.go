@@ -481,14 +481,14 @@ func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, s
 			srv.Data = nil
 		}
 		if srv.Version <= e.ServerVersion && (srv.ID == "" || srv.ID == e.ServerID) {
-			// An answer without the record's version (a 410, a 404): the
-			// record is deleted there, at a version past the one the
-			// change was made on, and if the answer is fresh, past a live
-			// one a pull kept beside (gone).
-			if replayed {
-				srv.Version = e.ServerVersion + 1
-			} else {
+			// An answer without the record's version (a 410, a 404, a
+			// 409 whose record has none): the server is past the version
+			// the change was made on; a fresh deletion is past a live
+			// version a pull kept beside too (gone).
+			if srv.Deleted && !replayed {
 				srv = e.gone(e.ServerID)
+			} else {
+				srv.Version = e.ServerVersion + 1
 			}
 		}
 		// The newer of what the answer says and what a pull brought

@@ -3,8 +3,8 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"reflect"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"

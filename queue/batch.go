@@ -29,10 +29,11 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // whose OperationID names an operation that exists replays it as Apply
 // does. Each write's operation is queued as if written alone: the
 // batch's writes to different entities go out in parallel. With ordered
-// set, each operation waits until the one before it in the batch is
-// done (Operation.After): they reach the server in the batch's order,
-// across entities, and one that fails holds the rest until the user
-// retries it (and it succeeds) or discards it.
+// set, each operation waits until every one before it in the batch is
+// done (Operation.After, docs/engine.md "Ordered batches"): they reach
+// the server in the batch's order, across entities, and one that fails
+// holds the rest until the user retries it (and it succeeds) or
+// discards it. A write that replays an earlier one is not a member.
 func (s *Store) ApplyBatch(ctx context.Context, ws []Write, ordered bool) ([]Result, error) {
 	if len(ws) == 0 {
 		return nil, fmt.Errorf("%w: a batch needs at least one write", ErrInvalidWrite)
@@ -48,15 +49,22 @@ func (s *Store) ApplyBatch(ctx context.Context, ws []Write, ordered bool) ([]Res
 	results := make([]Result, 0, len(ws))
 	err := s.update(ctx, func(tx *txw) error {
 		results = results[:0]
+		prev := "" // the group's last member so far
 		for i := range ws {
-			if ordered && i > 0 {
-				ws[i].After = results[i-1].Operation.ID
+			if ordered {
+				ws[i].After = prev
 			}
 			r, err := tx.apply(&ws[i])
 			if err != nil {
 				return &BatchError{Index: i, Err: err}
 			}
 			results = append(results, r)
+			// A write that replays an earlier one (its key is used) is
+			// not a member: its operation keeps the place it had, and
+			// the next member waits for the one before it here.
+			if ordered && !r.Replayed {
+				prev = r.Operation.ID
+			}
 		}
 		return nil
 	})

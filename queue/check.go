@@ -154,9 +154,45 @@ func (s *Store) Check() error {
 			byID[op.ID] = op
 		}
 		wantReady := map[string]bool{}
+		// held: an earlier member of its ordered group is not done.
+		held := func(op *Operation) bool {
+			for p, n := op.After, 0; p != "" && n < maxChain; n++ {
+				prev := byID[p]
+				if prev == nil {
+					return false
+				}
+				if prev.State != StateDone {
+					return true
+				}
+				p = prev.After
+			}
+			return false
+		}
+		wantWaits := map[string]bool{}
+		for _, op := range ops {
+			if op.After != "" && !held(op) {
+				bad("op %s (%s) names %s before it in its ordered group, but nothing earlier waits: it should have been released", op.ID, op.State, op.After)
+			}
+			if op.After != "" {
+				wantWaits[string(waitKey(op.After, op.Seq))] = true
+			}
+		}
+		gotWaits := 0
+		if err := tx.Bucket(bucketWaits).ForEach(func(k, _ []byte) error {
+			gotWaits++
+			if !wantWaits[string(k)] {
+				bad("waits index has %q, which no operation's After names", k)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if gotWaits != len(wantWaits) {
+			bad("waits index has %d keys for %d links of ordered groups", gotWaits, len(wantWaits))
+		}
 		for _, h := range heads {
-			if prev := byID[h.After]; h.After != "" && prev != nil && prev.State != StateDone {
-				continue // held by its ordered batch
+			if held(h) {
+				continue // held by its ordered group
 			}
 			if h.State == StatePending || h.State == StateRetryWaiting {
 				wantReady[h.AccountID+"\x00"+string(timeSeqKey(h.NextAttemptAt, h.Seq))] = true

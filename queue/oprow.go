@@ -120,7 +120,14 @@ func (w *txw) setState(op *Operation, to State) error {
 }
 
 func (w *txw) opEvent(op *Operation) error {
+	blockedBy := ""
+	if op.After != "" && op.State != StateDone {
+		if b, err := w.blocker(op); err == nil && b != nil {
+			blockedBy = b.ID
+		}
+	}
 	return w.event(Event{
+		BlockedBy:   blockedBy,
 		Type:        EventOperationState,
 		AccountID:   op.AccountID,
 		EntityType:  op.EntityType,
@@ -242,14 +249,109 @@ func waitKey(id string, seq uint64) []byte {
 	return append(append([]byte(id), 0), u64(seq)...)
 }
 
-// held reports whether op waits for the operation before it in its
-// ordered batch: one that exists and is not done.
-func (w *txw) held(op *Operation) bool {
-	if op.After == "" {
-		return false
+// Ordered groups (DESIGN.md Part 3, "Ordered groups"): the operations
+// of an ordered batch form a chain, each naming the one before it
+// (Operation.After), with an entry in the waits index per link. A member
+// waits until EVERY earlier member is done, not only the one before it:
+// blocker walks the chain past members already done (one done at once
+// while the group was held, such as a delete with nothing to send) to
+// the first that is not. Once nothing earlier waits, a member is
+// released: its After is cleared and it is ready when it heads its
+// partition. So After is set only on a member that is held (or one done
+// while held), and a chain never outlives its hold.
+//
+// Whatever finishes, replaces or drops a member keeps the rule:
+//   - done (complete, or done unsent): releaseWaiters releases what
+//     waited for it, unless it is itself still held (then they stay held,
+//     and are released with it);
+//   - dropped (the user's discard, a resolve that takes the server's
+//     record): the members after it wait for what it waited for
+//     (releaseWaiters splices it out); only when nothing earlier is
+//     unfinished do they go on;
+//   - replaced by a new operation (resolve take local, a delete over a
+//     declined head, a create over a declined delete): the new one takes
+//     its place (takePlace): it waits for what the old one waited for,
+//     and what waited for the old one waits for it.
+
+// maxChain bounds a walk of a chain (a batch holds at most MaxBatchWrites
+// operations; chains joined by replacements stay far below this).
+const maxChain = 1 << 20
+
+// blocker returns the first earlier member of op's ordered group that is
+// not done (the nearest one up its chain), or nil when op is not held.
+func (w *txw) blocker(op *Operation) (*Operation, error) {
+	p := op.After
+	for n := 0; p != "" && n < maxChain; n++ {
+		prev, err := w.loadOp(p)
+		if errors.Is(err, ErrOperationNotFound) {
+			return nil, nil // dropped, and its waiters spliced: not a hold
+		}
+		if err != nil {
+			return nil, err
+		}
+		if prev.State != StateDone {
+			return prev, nil
+		}
+		p = prev.After
 	}
-	prev, err := w.loadOp(op.After)
-	return err == nil && prev.State != StateDone
+	return nil, nil
+}
+
+// held reports whether op waits for an earlier member of its ordered
+// group that is not done.
+func (w *txw) held(op *Operation) bool {
+	b, err := w.blocker(op)
+	return err == nil && b != nil
+}
+
+// joinGroup links op, new, to the member before it (op.After): held, it
+// goes in the waits index; not held (everything before it is done), its
+// After is cleared. The caller saves op.
+func (w *txw) joinGroup(op *Operation) error {
+	if op.After == "" {
+		return nil
+	}
+	if !w.held(op) {
+		op.After = ""
+		return nil
+	}
+	return w.put(w.b(bucketWaits), waitKey(op.After, op.Seq), nil)
+}
+
+// takePlace gives new the place of old in old's ordered group: new waits
+// for what old waited for (unless new has a place of its own), and what
+// waited for old waits for new. Call it before old is purged and before
+// new is inserted or saved.
+func (w *txw) takePlace(old, new *Operation) error {
+	if new.After == "" && old.After != "" {
+		new.After = old.After
+	}
+	prefix := append([]byte(old.ID), 0)
+	var keys [][]byte
+	c := w.b(bucketWaits).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	for _, k := range keys {
+		if err := w.del(w.b(bucketWaits), k); err != nil {
+			return err
+		}
+		next, err := w.loadOpBySeq(readU64(k[len(prefix):]))
+		if errors.Is(err, ErrOperationNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		next.After = new.ID
+		if err := w.put(w.b(bucketWaits), waitKey(new.ID, next.Seq), nil); err != nil {
+			return err
+		}
+		if err := w.saveOp(next); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // waitedFor reports whether an operation of an ordered batch waits for
@@ -260,9 +362,20 @@ func (w *txw) waitedFor(id string) bool {
 	return k != nil && bytes.HasPrefix(k, prefix)
 }
 
-// release frees the operations that wait for op, now done or gone: each
-// that is its partition's head and waiting becomes ready.
+// releaseWaiters hands on op's hold, op now done or gone: what waited
+// for op waits for what op waited for (op.After). When op waited for
+// nothing, they are released (After cleared): each that heads its
+// partition and waits to be sent becomes ready, and each done already
+// (done while held) releases its own. A done op that is still held
+// keeps its waiters: they go with it.
 func (w *txw) releaseWaiters(op *Operation) error {
+	if op.State == StateDone && op.After != "" && w.held(op) {
+		return nil
+	}
+	after := op.After
+	if op.State == StateDone {
+		after = "" // not held (above): nothing earlier waits
+	}
 	prefix := append([]byte(op.ID), 0)
 	var keys [][]byte
 	c := w.b(bucketWaits).Cursor()
@@ -280,6 +393,26 @@ func (w *txw) releaseWaiters(op *Operation) error {
 		if err != nil {
 			return err
 		}
+		next.After = after
+		if after != "" && w.held(next) {
+			if err := w.put(w.b(bucketWaits), waitKey(after, next.Seq), nil); err != nil {
+				return err
+			}
+			if err := w.saveOp(next); err != nil {
+				return err
+			}
+			continue
+		}
+		next.After = ""
+		if err := w.saveOp(next); err != nil {
+			return err
+		}
+		if next.State == StateDone {
+			if err := w.releaseWaiters(next); err != nil {
+				return err
+			}
+			continue
+		}
 		if next.State != StatePending && next.State != StateRetryWaiting {
 			continue
 		}
@@ -291,6 +424,10 @@ func (w *txw) releaseWaiters(op *Operation) error {
 			if err := w.readyPut(next); err != nil {
 				return err
 			}
+		}
+		// Released: an event, so a view of it as blocked is put right.
+		if err := w.opEvent(next); err != nil {
+			return err
 		}
 	}
 	return nil

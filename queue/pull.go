@@ -543,8 +543,27 @@ func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app 
 		if err != nil {
 			return err
 		}
-		for _, o := range ops {
-			if err := tx.purgeOp(o); err != nil {
+		// Dropped: none of them reached the server. Taking the server's
+		// record is the user's decision, as a discard is: what waited for
+		// them in an ordered group goes on once nothing earlier waits. A
+		// take of local data queues a new operation, which takes their
+		// place in their groups (below).
+		keep := take == TakeLocal && !(ent.Deleted && srv.Deleted)
+		purge := func(next *Operation) error {
+			for _, o := range ops {
+				if next != nil {
+					if err := tx.takePlace(o, next); err != nil {
+						return err
+					}
+				}
+				if err := tx.purgeOp(o); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if !keep {
+			if err := purge(nil); err != nil {
 				return err
 			}
 		}
@@ -612,6 +631,9 @@ func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app 
 			return err
 		}
 		op.App = app
+		if err := purge(op); err != nil {
+			return err
+		}
 		if err := tx.saveEntity(ent); err != nil {
 			return err
 		}

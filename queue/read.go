@@ -19,10 +19,24 @@ import (
 // deleted locally whose delete needs the user (a conflict, a failure):
 // the app must be able to see and resolve it.
 func (s *Store) GetEntity(account, entityType, id string) (Entity, error) {
-	e, err := s.EntityRow(account, entityType, id)
-	if err == nil && e.Deleted && !e.needsUser() {
-		return Entity{}, fmt.Errorf("%w: %s/%s", ErrEntityNotFound, entityType, id)
-	}
+	var e Entity
+	err := s.db.View(func(tx *bolt.Tx) error {
+		k := entityKey(account, entityType, id)
+		v := tx.Bucket(bucketEntities).Get(k)
+		if v == nil {
+			return fmt.Errorf("%w: %s/%s", ErrEntityNotFound, entityType, id)
+		}
+		row, err := decodeEntity(k, v)
+		if err != nil {
+			return err
+		}
+		if row.Deleted && !row.needsUser() {
+			return fmt.Errorf("%w: %s/%s", ErrEntityNotFound, entityType, id)
+		}
+		e = *row
+		markEntityBlocked(tx, &e)
+		return nil
+	})
 	return e, err
 }
 
@@ -105,6 +119,7 @@ func (s *Store) ListEntities(account, entityType string, opts ListOptions) (item
 			if e.Deleted && (opts.SyncState == "" || !e.needsUser()) || opts.SyncState != "" && e.SyncState != opts.SyncState {
 				continue
 			}
+			markEntityBlocked(tx, e)
 			items = append(items, *e)
 			size += len(e.Data)
 		}
@@ -119,6 +134,57 @@ func (e *Entity) needsUser() bool {
 	return e.SyncState == SyncConflict || e.SyncState == SyncFailed
 }
 
+// blockerID returns the id of the operation op waits for in its ordered
+// group, read in tx: the nearest earlier member that is not done ("":
+// not held). See txw.blocker.
+func blockerID(tx *bolt.Tx, op *Operation) string {
+	if op.After == "" || op.State == StateDone {
+		return ""
+	}
+	p := op.After
+	for n := 0; p != "" && n < maxChain; n++ {
+		seq := tx.Bucket(bucketOpIDs).Get([]byte(p))
+		if seq == nil {
+			return ""
+		}
+		prev, _, err := decodeOp(readU64(seq), tx.Bucket(bucketOps).Get(seq))
+		if err != nil {
+			return ""
+		}
+		if prev.State != StateDone {
+			return prev.ID
+		}
+		p = prev.After
+	}
+	return ""
+}
+
+// markBlocked sets op's Blocked and BlockedBy, read in tx.
+func markBlocked(tx *bolt.Tx, op *Operation) {
+	op.BlockedBy = blockerID(tx, op)
+	op.Blocked = op.BlockedBy != ""
+}
+
+// markEntityBlocked sets e's Blocked and BlockedBy from its partition's
+// head, read in tx (a pending entity only).
+func markEntityBlocked(tx *bolt.Tx, e *Entity) {
+	if e.SyncState != SyncPending {
+		return
+	}
+	prefix := partitionPrefix(e.AccountID, e.Type, e.ID)
+	k, _ := tx.Bucket(bucketPartitions).Cursor().Seek(prefix)
+	if k == nil || len(k) != len(prefix)+8 || !bytes.HasPrefix(k, prefix) {
+		return
+	}
+	seq := k[len(prefix):]
+	head, _, err := decodeOp(readU64(seq), tx.Bucket(bucketOps).Get(seq))
+	if err != nil {
+		return
+	}
+	e.BlockedBy = blockerID(tx, head)
+	e.Blocked = e.BlockedBy != ""
+}
+
 // GetOperation returns an operation by id.
 func (s *Store) GetOperation(id string) (Operation, error) {
 	var op Operation
@@ -130,6 +196,7 @@ func (s *Store) GetOperation(id string) (Operation, error) {
 		row, err := opRow(tx, readU64(seq), tx.Bucket(bucketOps).Get(seq))
 		if err == nil {
 			op = *row
+			markBlocked(tx, &op)
 		}
 		return err
 	})
@@ -183,6 +250,7 @@ func (s *Store) ListOperations(opts ListOptions) (items []Operation, next string
 				opts.EntityTypes != nil && !slices.Contains(opts.EntityTypes, op.EntityType) {
 				continue
 			}
+			markBlocked(tx, op)
 			items = append(items, *op)
 		}
 		return nil

@@ -88,6 +88,8 @@ func fillRandom(t *rapid.T, v any, skip ...string) {
 				if b := rapid.SliceOf(rapid.Byte()).Draw(t, f.Name+" data"); len(b) > 0 {
 					srv.Data = b
 				}
+				srv.ID = drawString(t, f.Name+" id")
+				srv.Missing = drawString(t, f.Name+" missing")
 				fv.Set(reflect.ValueOf(srv))
 			}
 		default:
@@ -132,7 +134,7 @@ func TestRowCodecRoundTrip(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		var op Operation
-		fillRandom(t, &op)
+		fillRandom(t, &op, "Blocked", "BlockedBy") // computed when read, not stored
 		inEntity := rapid.Bool().Draw(t, "inEntity")
 		got, gotInEntity, err := decodeOp(op.Seq, encodeOp(&op, inEntity))
 		if err != nil {
@@ -147,7 +149,7 @@ func TestRowCodecRoundTrip(t *testing.T) {
 		}
 
 		var e Entity
-		fillRandom(t, &e, "AccountID", "Type", "ID")
+		fillRandom(t, &e, "AccountID", "Type", "ID", "Blocked", "BlockedBy")
 		e.AccountID = rapid.StringMatching(`[a-z0-9.@-]{1,20}`).Draw(t, "account")
 		e.Type = rapid.StringMatching(`[a-z]{1,10}`).Draw(t, "type")
 		e.ID = rapid.StringMatching(`[!-~]{1,40}`).Draw(t, "id")

@@ -32,6 +32,11 @@ func (s *Store) Sweep(ctx context.Context) (ops, events int, err error) {
 				if err != nil {
 					return err
 				}
+				if op.After != "" {
+					// Done while its ordered group was held: the members
+					// after it wait through it. Kept until released.
+					continue
+				}
 				if err := tx.deleteDone(op); err != nil {
 					return err
 				}

@@ -438,8 +438,10 @@ func (tx *txw) userRetry(op *Operation) error {
 	op.NextAttemptAt = tx.now
 	op.UserRetriedAt = tx.now
 	op.LastErrorCode, op.LastError = "", ""
-	if err := tx.readyPut(op); err != nil {
-		return err
+	if !tx.held(op) {
+		if err := tx.readyPut(op); err != nil {
+			return err
+		}
 	}
 	return tx.saveOp(op)
 }

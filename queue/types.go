@@ -116,6 +116,11 @@ type Entity struct {
 	// change while local changes were unsent (the local data wins
 	// locally until the server's answer to them decides). Nil otherwise.
 	Server *ServerState `json:"server,omitempty"`
+	// Blocked is set, when the entity is read, while its next operation
+	// waits for an earlier member of its ordered group (BlockedBy, as
+	// Operation.BlockedBy). Not stored.
+	Blocked   bool   `json:"blocked,omitempty"`
+	BlockedBy string `json:"blockedBy,omitempty"`
 	// Unbased is set when the server holds a record under this client
 	// id (ServerID) that the local data was made on no version of: this
 	// device's create was answered with a record another device created
@@ -188,6 +193,12 @@ type Operation struct {
 	// this one is sent. While that one is not done (waiting, or failed
 	// and not yet retried or discarded), this one is held.
 	After string `json:"after,omitempty"`
+	// Blocked is set, when the operation is read, on a member of an
+	// ordered group that waits for an earlier one: BlockedBy is the
+	// nearest earlier member that is not done (failed, or waiting its
+	// turn). Not stored.
+	Blocked   bool   `json:"blocked,omitempty"`
+	BlockedBy string `json:"blockedBy,omitempty"`
 	// App is the app whose token made the write (Write.App); empty for
 	// a write made with the admin token, and for the operations syncd
 	// makes itself.
@@ -339,6 +350,10 @@ type Event struct {
 	Data json.RawMessage `json:"data,omitempty"`
 	// App is the app that made the operation (operation.state events).
 	App string `json:"app,omitempty"`
+	// BlockedBy is set on the operation.state event of an operation
+	// that waits for an earlier member of its ordered group: that one.
+	// The event of its release has none.
+	BlockedBy string `json:"blockedBy,omitempty"`
 }
 
 // Event types written by the queue.

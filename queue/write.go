@@ -250,6 +250,7 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		return Result{}, err
 	}
 	op.App = w.App
+	op.After = w.After
 
 	head, err := tx.partitionHead(w.AccountID, w.EntityType, w.EntityID)
 	if err != nil {
@@ -266,6 +267,9 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		// record live, the create is an update of it, made on its current
 		// version (taken above); a record it deleted is brought back by
 		// the create.
+		if err := tx.takePlace(head, op); err != nil {
+			return Result{}, err
+		}
 		if err := tx.purgeOp(head); err != nil {
 			return Result{}, err
 		}
@@ -277,7 +281,6 @@ func (tx *txw) apply(w *Write) (Result, error) {
 			return Result{}, err
 		}
 	}
-	op.After = w.After
 	if w.Op != OpCreate && head != nil && tx.s.mergeable[w.EntityType] && w.After == "" {
 		if merged, err := tx.mergeTail(op); err != nil {
 			return Result{}, err
@@ -290,8 +293,10 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	// makes, under a new key (Operation.Declined). Not a declined delete
 	// (the entity was made again behind it): only the user's retry sends
 	// that again. Any other failed head keeps the entity failed until the
-	// user acts on it.
-	renew := w.Op == OpUpdate && head != nil && head.State == StatePermanentFailed && head.Declined && head.Type != OpDelete
+	// user acts on it. Not a write of an ordered batch: the renewed head would carry its
+	// data to the server ahead of the batch's earlier members; the group
+	// waits for the user's retry or discard.
+	renew := w.Op == OpUpdate && head != nil && head.State == StatePermanentFailed && head.Declined && head.Type != OpDelete && w.After == ""
 	if head != nil && head.State == StatePermanentFailed && !renew {
 		e.SyncState, e.SyncError, e.SyncCode = SyncFailed, readableError(head), head.LastErrorCode
 	}
@@ -335,6 +340,11 @@ func (tx *txw) deleteOverDeclined(e *Entity, del, head *Operation) (Result, erro
 		return Result{}, err
 	}
 	for _, o := range ops {
+		// The delete takes the place in its ordered group of what it
+		// drops: what waited for those waits for it.
+		if err := tx.takePlace(o, del); err != nil {
+			return Result{}, err
+		}
 		if err := tx.purgeOp(o); err != nil {
 			return Result{}, err
 		}
@@ -355,6 +365,12 @@ func (tx *txw) deleteOverDeclined(e *Entity, del, head *Operation) (Result, erro
 		return Result{}, err
 	}
 	if err := tx.count(del, StatePending, 1); err != nil {
+		return Result{}, err
+	}
+	// Done at once, but a member of an ordered group that is held stays
+	// in it: what comes after it in the group still waits for what came
+	// before.
+	if err := tx.joinGroup(del); err != nil {
 		return Result{}, err
 	}
 	if err := tx.doneUnsent(del); err != nil {
@@ -450,6 +466,9 @@ func (tx *txw) newOperation(e *Entity, typ OpType, id, requestFingerprint string
 // count; isHead says that nothing of its partition is queued before it,
 // so it is ready to be claimed. The caller records the events.
 func (tx *txw) insertOperation(op *Operation, isHead bool) error {
+	if err := tx.joinGroup(op); err != nil {
+		return err
+	}
 	if err := tx.saveOp(op); err != nil {
 		return err
 	}
@@ -462,12 +481,7 @@ func (tx *txw) insertOperation(op *Operation, isHead bool) error {
 	if err := tx.put(tx.b(bucketUnfinished), u64(op.Seq), nil); err != nil {
 		return err
 	}
-	if op.After != "" {
-		if err := tx.put(tx.b(bucketWaits), waitKey(op.After, op.Seq), nil); err != nil {
-			return err
-		}
-	}
-	if isHead && !tx.held(op) {
+	if isHead && op.After == "" {
 		if err := tx.readyPut(op); err != nil {
 			return err
 		}

@@ -154,7 +154,7 @@ func (w *rowWriter) str(field int, s string) {
 		w.b = append(w.b, u[:]...)
 		return
 	}
-	if len(s) >= 16 && len(s)%2 == 0 && isLowerHex(s) {
+	if isHexForm(s) {
 		w.b = append(w.b, strHex)
 		w.uvarint(uint64(len(s) / 2))
 		w.b, _ = hex.AppendDecode(w.b, []byte(s)) // isLowerHex: no error
@@ -273,7 +273,11 @@ func (r *rowReader) int(field int) int64 {
 	if !r.is(field) {
 		return 0
 	}
-	return r.varint()
+	x := r.varint()
+	if x == 0 {
+		r.fail() // a zero is left out, never written
+	}
+	return x
 }
 
 // bytes returns a copy (a bbolt value is valid only in its transaction),
@@ -283,7 +287,11 @@ func (r *rowReader) bytes(field int) []byte {
 		return nil
 	}
 	p := r.take(r.uvarint())
-	if p == nil || r.alias {
+	if len(p) == 0 {
+		r.fail() // empty bytes are left out, never written
+		return nil
+	}
+	if r.alias {
 		return p
 	}
 	return append([]byte(nil), p...)
@@ -299,7 +307,10 @@ func (r *rowReader) str(field int) string {
 	}
 	switch form[0] {
 	case strRaw:
-		return string(r.take(r.uvarint()))
+		if p := r.take(r.uvarint()); rawForm(p) {
+			return string(p)
+		}
+		// Empty, or a string the writer gives another form.
 	case strUUID:
 		p := r.take(16)
 		if p == nil {
@@ -307,10 +318,33 @@ func (r *rowReader) str(field int) string {
 		}
 		return unpackUUID(p)
 	case strHex:
-		return hex.EncodeToString(r.take(r.uvarint()))
+		if p := r.take(r.uvarint()); hexForm(p) {
+			return hex.EncodeToString(p)
+		}
 	}
 	r.fail()
 	return ""
+}
+
+// isHexForm reports whether the writer stores s, not a UUID, in strForm
+// hex.
+func isHexForm(s string) bool { return len(s) >= 16 && len(s)%2 == 0 && isLowerHex(s) }
+
+// rawForm reports whether the writer stores the string p in strForm raw:
+// neither empty nor of the UUID or hex form.
+func rawForm(p []byte) bool {
+	return len(p) > 0 && !isUUIDText(p) && !(len(p) >= 16 && len(p)%2 == 0 && isLowerHex(p))
+}
+
+// hexForm reports whether p, the bytes of a strForm hex, are those of a
+// string the writer stores so: at least 8 bytes, and not a UUID's text
+// (a UUID has a dash, so hex digits alone are never one).
+func hexForm(p []byte) bool { return len(p) >= 8 }
+
+// isUUIDText reports whether s is a UUID in canonical lowercase text.
+func isUUIDText[S ~string | ~[]byte](s S) bool {
+	return len(s) == 36 && s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-' &&
+		isLowerHex(s[0:8]) && isLowerHex(s[9:13]) && isLowerHex(s[14:18]) && isLowerHex(s[19:23]) && isLowerHex(s[24:36])
 }
 
 func (r *rowReader) enum(field int, table []string) string {
@@ -322,7 +356,10 @@ func (r *rowReader) enum(field int, table []string) string {
 	case p == nil:
 		return ""
 	case p[0] == enumRaw:
-		return string(r.take(r.uvarint()))
+		if p := r.take(r.uvarint()); rawEnum(p, table) {
+			return string(p)
+		}
+		// Empty, or a value of the table: the writer gives its index.
 	case int(p[0]) < len(table):
 		return table[p[0]]
 	}
@@ -335,18 +372,39 @@ func (r *rowReader) time(field int) time.Time {
 		return time.Time{}
 	}
 	if r.base.IsZero() {
-		sec, nsec := r.varint(), r.uvarint()
-		r.base = time.Unix(sec, int64(nsec)).UTC()
+		r.base = r.absTime()
 		return r.base
 	}
 	z := r.uvarint()
 	if z == 1 {
-		sec, nsec := r.varint(), r.uvarint()
-		return time.Unix(sec, int64(nsec)).UTC()
+		return r.absTime()
+	}
+	if z&1 != 0 || z>>1 >= 1<<62 {
+		r.fail() // the writer's offsets are even and below 1<<63
+		return time.Time{}
 	}
 	z >>= 1
 	d := time.Duration(z>>1) ^ -time.Duration(z&1)
-	return r.base.Add(d)
+	t := r.base.Add(d)
+	if t.IsZero() {
+		r.fail()
+	}
+	return t
+}
+
+// absTime reads a time in the absolute form: seconds and nanoseconds,
+// the nanoseconds below a second and the time not zero, as written.
+func (r *rowReader) absTime() time.Time {
+	sec, nsec := r.varint(), r.uvarint()
+	if r.err != nil || nsec >= 1e9 {
+		r.fail()
+		return time.Time{}
+	}
+	t := time.Unix(sec, int64(nsec)).UTC()
+	if t.IsZero() {
+		r.fail()
+	}
+	return t
 }
 
 // done reports the first error, or one for bytes left over.
@@ -376,7 +434,7 @@ func unpackUUID(p []byte) string {
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-func isLowerHex(s string) bool {
+func isLowerHex[S ~string | ~[]byte](s S) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
 			return false
@@ -461,6 +519,7 @@ func decodeEntityRow(k, v []byte, alias bool) (e *Entity, refs []uint64, err err
 	e.SyncedOperationID = r.str(entSyncedOperationID)
 	refs = r.refs(entPayloadRefs)
 	e.ServerVersion = r.int(entServerVersion)
+	r.checkServerRec()
 	if r.is(entServerRecVersion) {
 		e.Server = &ServerState{Version: r.int(entServerRecVersion)}
 		e.Server.Deleted = r.is(entServerRecDeleted)
@@ -497,12 +556,33 @@ func entityDataRefs(v []byte) (data []byte, refs []uint64, err error) {
 	r.skipStr(entSyncedOperationID)
 	refs = r.refs(entPayloadRefs)
 	r.int(entServerVersion)
+	r.checkServerRec()
 	r.int(entServerRecVersion)
 	r.bytes(entServerRecData)
 	r.skipStr(entServerRecID)
 	r.skipStr(entServerRecMissing)
 	r.skipStr(entSyncCode)
 	return data, refs, r.done()
+}
+
+// checkServerRec refuses what the writer never writes of an entity's
+// Server record: its other fields without its version, which is at
+// least 1 (a version below would read back as 1). Call it before the
+// version is read.
+func (r *rowReader) checkServerRec() {
+	const rest = 1<<entServerRecDeleted | 1<<entServerRecData | 1<<entServerRecID | 1<<entServerRecMissing
+	if r.err != nil {
+		return
+	}
+	if !r.is(entServerRecVersion) {
+		if r.present&rest != 0 {
+			r.err = fmt.Errorf("%w: server record fields without its version", errRow)
+		}
+		return
+	}
+	if v, n := binary.Varint(r.b); n > 0 && v < 1 {
+		r.err = fmt.Errorf("%w: server record version %d", errRow, v)
+	}
 }
 
 func (r *rowReader) skipStr(field int) {
@@ -513,8 +593,14 @@ func (r *rowReader) skipStr(field int) {
 	case form == nil:
 	case form[0] == strUUID:
 		r.take(16)
-	case form[0] == strRaw || form[0] == strHex:
-		r.take(r.uvarint())
+	case form[0] == strRaw:
+		if !rawForm(r.take(r.uvarint())) {
+			r.fail()
+		}
+	case form[0] == strHex:
+		if !hexForm(r.take(r.uvarint())) {
+			r.fail()
+		}
 	default:
 		r.fail()
 	}
@@ -527,10 +613,26 @@ func (r *rowReader) skipEnum(field int, table []string) {
 	switch p := r.take(1); {
 	case p == nil:
 	case p[0] == enumRaw:
-		r.take(r.uvarint())
+		if !rawEnum(r.take(r.uvarint()), table) {
+			r.fail()
+		}
 	case int(p[0]) >= len(table):
 		r.fail()
 	}
+}
+
+// rawEnum reports whether the writer stores p as a raw enum value: not
+// empty and not in table.
+func rawEnum(p []byte, table []string) bool {
+	if len(p) == 0 {
+		return false
+	}
+	for _, v := range table {
+		if v == string(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // refs reads a list of seqs.

@@ -221,6 +221,10 @@ func FuzzDecodeRow(f *testing.F) {
 				t.Fatalf("entity %+v read back as %+v (%v)", e, again, err)
 			}
 		}
+		// Read in place (alias), the row says the same.
+		if ea, refsA, errA := decodeEntityRow(k, v, true); (err == nil) != (errA == nil) || err == nil && (!reflect.DeepEqual(ea, e) || !reflect.DeepEqual(refsA, refs)) {
+			t.Fatalf("aliased read %+v %v %v; copying read %+v %v %v", ea, refsA, errA, e, refs, err)
+		}
 		// The write path's quick read agrees with the full one.
 		if len(v) > 0 && v[0] == rowV1 {
 			data, refs3, err3 := entityDataRefs(v)

@@ -281,13 +281,20 @@ func (s *Server) allowedHost(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// normalizeHost strips the port and IPv6 brackets and lowercases.
+// normalizeHost strips the port and IPv6 brackets and lowercases. A
+// port that is not a number, or a bracket without its pair, leaves the
+// text as it is: no name is allowed with them (a Host of
+// "127.0.0.1:80@evil.example" names evil.example to a URL parser).
 func normalizeHost(hostport string) string {
 	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
+	if h, port, err := net.SplitHostPort(hostport); err == nil {
+		if strings.Trim(port, "0123456789") != "" {
+			return strings.ToLower(hostport)
+		}
 		host = h
+	} else if len(host) >= 2 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
 	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 	return strings.ToLower(host)
 }
 
@@ -317,10 +324,11 @@ func (s *Server) authorized(r *http.Request) (g *grant, ok bool) {
 func (s *Server) requestToken(r *http.Request) (string, bool) {
 	if auth := r.Header.Get("Authorization"); auth != "" {
 		scheme, token, ok := strings.Cut(auth, " ")
+		token = strings.TrimSpace(token)
 		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 			return "", false
 		}
-		return strings.TrimSpace(token), true
+		return token, true
 	}
 	if r.Method != http.MethodGet || !s.altTokenPaths[r.URL.Path] {
 		return "", false

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 )
@@ -137,12 +138,14 @@ func serveOne(cfg BatchConfig, outer *http.Request, op BatchOperation) BatchResu
 		strings.HasSuffix(op.Path, "/..") || strings.Contains(op.Path, "#") {
 		return refuse("path must be an absolute path on this server")
 	}
-	if op.Path == outer.URL.Path || strings.HasPrefix(op.Path, outer.URL.Path+"?") {
-		return refuse("a batch cannot hold a batch")
-	}
 	sub, err := http.NewRequestWithContext(outer.Context(), op.Method, op.Path, bytes.NewReader(op.Body))
 	if err != nil {
 		return refuse("path: " + err.Error())
+	}
+	// The path as the routes read it: "/v1/%62atch" and "/v1//batch"
+	// are the batch route too.
+	if path.Clean(sub.URL.Path) == path.Clean(outer.URL.Path) {
+		return refuse("a batch cannot hold a batch")
 	}
 	sub.Host, sub.RemoteAddr = outer.Host, outer.RemoteAddr
 	sub.Header.Set("Authorization", outer.Header.Get("Authorization"))

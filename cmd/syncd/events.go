@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/syncd/syncd/localapi/client"
 )
@@ -79,8 +82,33 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// eventLine is the human form of an event.
-func eventLine(e client.Event) string {
+// eventLine is the human form of an event: one line of printable text,
+// whatever its fields hold (an error code or an id may come from a
+// server or an app: neither may break the line or send the terminal a
+// control sequence).
+func eventLine(e client.Event) string { return printable(eventText(e)) }
+
+// printable escapes, Go style, what a terminal would not show as text:
+// control characters, line and paragraph separators, invalid UTF-8.
+func printable(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r) || r == '\u2028' || r == '\u2029':
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+func eventText(e client.Event) string {
 	ts := e.Time.Local().Format("15:04:05.000")
 	subject := ""
 	if e.EntityType != "" {
@@ -143,7 +171,12 @@ func eventLine(e client.Event) string {
 		s += " account=" + e.AccountID
 	}
 	if len(e.Data) > 0 {
-		s += " " + string(e.Data)
+		var c bytes.Buffer
+		if json.Compact(&c, e.Data) == nil {
+			s += " " + c.String()
+		} else {
+			s += " " + string(e.Data)
+		}
 	}
 	return s
 }

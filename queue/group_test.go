@@ -226,3 +226,30 @@ func mustHead(t *testing.T, s *Store, id string) string {
 	}
 	return e.LastOperationID
 }
+
+// A create over a refused delete with writes queued behind it (made
+// again and deleted again) drops them all and is the partition's head:
+// a member that waited for the refused delete waits for it, and nothing
+// it waits for waits for that member (a cycle the property test found).
+func TestGroupCreateOverRefusedDeleteWithWritesBehind(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{})
+	create(t, s, "x", `{}`)
+	done(t, s, claimOnly(t, s, mustHead(t, s, "x")), "srv-x")
+	ids := ordered(t, s, w(OpDelete, "x", ""), w(OpCreate, "y", `{}`))
+	create(t, s, "x", `{"again":1}`) // queued behind the delete, not yet refused
+	mustApply(t, s, Write{Op: OpDelete, EntityID: "x"})
+	decline(t, s, claimOnly(t, s, ids[0]))
+	c := create(t, s, "x", `{"again":2}`).Operation
+	if c.Type != OpUpdate {
+		t.Fatalf("the create over the refused delete is a %s", c.Type)
+	}
+	if got := blockedBy(t, s, ids[1]); got != c.ID {
+		t.Fatalf("y blocked by %q, want the create %s", got, c.ID)
+	}
+	done(t, s, claimOnly(t, s, c.ID), "srv-x")
+	claimOnly(t, s, ids[1])
+	if e, _ := entity(t, s, "x"); string(e.Data) != `{"again":2}` {
+		t.Fatalf("x %+v", e)
+	}
+}

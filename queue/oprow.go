@@ -318,14 +318,27 @@ func (w *txw) joinGroup(op *Operation) error {
 	return w.put(w.b(bucketWaits), waitKey(op.After, op.Seq), nil)
 }
 
-// takePlace gives new the place of old in old's ordered group: new waits
-// for what old waited for (unless new has a place of its own), and what
-// waited for old waits for new. Call it before old is purged and before
-// new is inserted or saved.
-func (w *txw) takePlace(old, new *Operation) error {
-	if new.After == "" && old.After != "" {
-		new.After = old.After
+// takePlace gives new the place of olds[0], the head of new's partition,
+// which new replaces with olds (the operations of its entity it drops):
+// new waits for what olds[0] waited for, and what waited for olds[0]
+// waits for new. Call it before olds are purged and before new is
+// inserted or saved. What waited for the others of olds waits for what
+// they waited for (purgeOp hands their hold on): new cannot stand in
+// more than one place, and what waits for each keeps the order of its own
+// group. A new operation that has a place of its own (a write of an
+// ordered batch) takes none: linking earlier members to it would make
+// them wait for what it waits for, written later, which may wait for
+// them (a cycle, which the property test found).
+func (w *txw) takePlace(olds []*Operation, new *Operation) error {
+	if new.After != "" || len(olds) == 0 {
+		return nil
 	}
+	new.After = olds[0].After
+	return w.moveWaiters(olds[0], new)
+}
+
+// moveWaiters makes what waits for old wait for new.
+func (w *txw) moveWaiters(old, new *Operation) error {
 	prefix := append([]byte(old.ID), 0)
 	var keys [][]byte
 	c := w.b(bucketWaits).Cursor()

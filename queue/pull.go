@@ -550,12 +550,12 @@ func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app 
 		// place in their groups (below).
 		keep := take == TakeLocal && !(ent.Deleted && srv.Deleted)
 		purge := func(next *Operation) error {
-			for _, o := range ops {
-				if next != nil {
-					if err := tx.takePlace(o, next); err != nil {
-						return err
-					}
+			if next != nil {
+				if err := tx.takePlace(ops, next); err != nil {
+					return err
 				}
+			}
+			for _, o := range ops {
 				if err := tx.purgeOp(o); err != nil {
 					return err
 				}

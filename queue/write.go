@@ -262,16 +262,23 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	if w.Op == OpCreate && head != nil && head.State == StatePermanentFailed && head.Declined && head.Type == OpDelete {
 		// The app makes again an entity whose delete the server refused
 		// (another device edited it meanwhile: a conflict, or another
-		// refusal). The delete never reached the server and goes unsent:
-		// the create is the app's resolution. While the server holds the
-		// record live, the create is an update of it, made on its current
-		// version (taken above); a record it deleted is brought back by
-		// the create.
-		if err := tx.takePlace(head, op); err != nil {
+		// refusal). The delete, and what the app queued behind it (made
+		// again and deleted again), never reached the server and go
+		// unsent: the create is the app's resolution. While the server
+		// holds the record live, the create is an update of it, made on
+		// its current version (taken above); a record it deleted is
+		// brought back by the create.
+		ops, err := tx.partitionOps(w.AccountID, w.EntityType, w.EntityID)
+		if err != nil {
 			return Result{}, err
 		}
-		if err := tx.purgeOp(head); err != nil {
+		if err := tx.takePlace(ops, op); err != nil {
 			return Result{}, err
+		}
+		for _, o := range ops {
+			if err := tx.purgeOp(o); err != nil {
+				return Result{}, err
+			}
 		}
 		if e.ServerID != "" && !serverDeleted {
 			op.Type = OpUpdate
@@ -339,12 +346,12 @@ func (tx *txw) deleteOverDeclined(e *Entity, del, head *Operation) (Result, erro
 	if err != nil {
 		return Result{}, err
 	}
+	// The delete takes the place in their ordered groups of what it
+	// drops: what waited for those waits for it.
+	if err := tx.takePlace(ops, del); err != nil {
+		return Result{}, err
+	}
 	for _, o := range ops {
-		// The delete takes the place in its ordered group of what it
-		// drops: what waited for those waits for it.
-		if err := tx.takePlace(o, del); err != nil {
-			return Result{}, err
-		}
 		if err := tx.purgeOp(o); err != nil {
 			return Result{}, err
 		}

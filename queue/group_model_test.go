@@ -39,7 +39,7 @@ func TestOrderedGroupsMatchModel(t *testing.T) {
 			slots    []*slot
 			groups   int
 			entityOf = map[string]string{} // operation id → entity id
-			past     []Write                // writes made, for replays
+			past     []Write               // writes made, for replays
 			keys     int
 			sending  []Operation
 		)

@@ -130,16 +130,27 @@ func validData(data json.RawMessage) (json.RawMessage, string) {
 	return buf.Bytes(), ""
 }
 
+// decodeBody reads the body, one JSON value and nothing after it but
+// space, into v. (A json.Decoder's More is false before a stray ']' or
+// '}': it does not tell that nothing follows.)
 func decodeBody(r *http.Request, v any) string {
-	dec := json.NewDecoder(r.Body)
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		return "the body must be a JSON object: " + err.Error()
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(v); err != nil {
 		return "the body must be a JSON object: " + err.Error()
 	}
-	if dec.More() {
+	if len(bytes.TrimSpace(raw[dec.InputOffset():])) > 0 {
 		return "the body must be one JSON object"
 	}
 	return ""
 }
+
+// msgBaseVersion refuses a baseVersion that is not a version: the
+// same in a query and in a body.
+const msgBaseVersion = "baseVersion must be a whole number"
 
 // pathType returns the {type} path value, or answers 400.
 func pathType(w http.ResponseWriter, r *http.Request) (string, bool) {
@@ -222,6 +233,10 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, CodeValidation, msg)
 		return
 	}
+	if req.BaseVersion != nil && *req.BaseVersion < 0 {
+		writeError(w, r, http.StatusBadRequest, CodeValidation, msgBaseVersion)
+		return
+	}
 	data, msg := validData(req.Data)
 	if msg != "" {
 		writeError(w, r, http.StatusBadRequest, CodeValidation, msg)
@@ -264,7 +279,7 @@ func baseVersionOf(w http.ResponseWriter, r *http.Request) (base *int64, ok bool
 	if v := r.URL.Query().Get("baseVersion"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			writeError(w, r, http.StatusBadRequest, CodeValidation, "baseVersion must be a whole number")
+			writeError(w, r, http.StatusBadRequest, CodeValidation, msgBaseVersion)
 			return nil, false
 		}
 		return &n, true
@@ -285,6 +300,10 @@ func baseVersionOf(w http.ResponseWriter, r *http.Request) (base *int64, ok bool
 	}
 	if err := json.Unmarshal(raw, &body); err != nil {
 		writeError(w, r, http.StatusBadRequest, CodeValidation, "the body must be a JSON object")
+		return nil, false
+	}
+	if body.BaseVersion != nil && *body.BaseVersion < 0 {
+		writeError(w, r, http.StatusBadRequest, CodeValidation, msgBaseVersion)
 		return nil, false
 	}
 	return body.BaseVersion, true

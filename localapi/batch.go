@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
+	"slices"
 
 	"github.com/syncd/syncd/daemon"
 	"github.com/syncd/syncd/queue"
@@ -61,8 +61,13 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	}
 	var raw []json.RawMessage
 	var ordered bool
-	orderedField := &field{name: "ordered", dst: &ordered}
-	if _, err := s.parseWrite(r, &field{name: "writes", dst: &raw, required: true}, orderedField); err != nil {
+	body, err := readBody(r)
+	if err == nil {
+		// Two levels for the writes array and a write, so a write nests
+		// as deep as a single write's body may: its data 127 levels.
+		err = decodeObjectDepth(body, MaxJSONDepth+2, &field{name: "writes", dst: &raw, required: true}, &field{name: "ordered", dst: &ordered})
+	}
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -80,14 +85,29 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		ws[i] = wr
 	}
 	var results []queue.Result
-	err := callerOf(r).commit(func() error {
+	err = callerOf(r).commit(func() error {
 		return s.d.AccountWrite(func(account string) error {
 			for i := range ws {
 				ws[i].AccountID = account
 			}
-			var err error
-			results, err = s.store.ApplyBatch(r.Context(), ws, ordered)
-			return err
+			for {
+				// ApplyBatch fills in what it generates: each try
+				// starts from the writes as parsed.
+				var err error
+				results, err = s.store.ApplyBatch(r.Context(), slices.Clone(ws), ordered)
+				// A key refused as reused whose operation an older
+				// syncd stored for this same write: again with its
+				// fingerprint. Each write changes at most once.
+				var be *queue.BatchError
+				if !errors.As(err, &be) || !errors.Is(be.Err, queue.ErrKeyReused) {
+					return err
+				}
+				fp := s.storedLegacyFingerprint(ws[be.Index], account, "")
+				if fp == "" {
+					return err
+				}
+				ws[be.Index].RequestFingerprint = fp
+			}
 		})
 	})
 	if errors.Is(err, daemon.ErrNoSession) {
@@ -118,13 +138,15 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ans)
 }
 
-// batchItem parses one write of a batch into the queue write it makes,
-// with the fingerprint the same write sent alone would have.
+// batchItem parses one write of a batch into the queue write it makes:
+// the write, its limits and its fingerprint are those of the same write
+// sent alone.
 func (s *Server) batchItem(r *http.Request, item json.RawMessage) (queue.Write, error) {
+	// The whole body passed decodeObjectDepth's strict check at
+	// MaxJSONDepth+2, so the write, two levels down, nests at most
+	// MaxJSONDepth as a single write's body does: the same data limit.
 	var bw batchWrite
 	idField, dataField, keyField := &field{name: "id", dst: &bw.ID}, &field{name: "data", dst: &bw.Data}, &field{name: "idempotencyKey", dst: &bw.IdempotencyKey}
-	// The whole body passed decodeObject's strict check already: the
-	// item only needs its members.
 	if err := decodeFields(item, []*field{{name: "op", dst: &bw.Op, required: true}, {name: "type", dst: &bw.Type, required: true},
 		idField, dataField, keyField}); err != nil {
 		return queue.Write{}, err
@@ -139,33 +161,20 @@ func (s *Server) batchItem(r *http.Request, item json.RawMessage) (queue.Write, 
 		return queue.Write{}, badRequest(CodeInvalidRequest, `field "id" `+idProblem(queue.MaxEntityIDLen))
 	}
 	wr := queue.Write{EntityType: bw.Type, EntityID: bw.ID, Data: bw.Data, App: callerOf(r).appName()}
-	base := "/v1/entities/" + url.PathEscape(bw.Type)
-	var (
-		method, path string
-		body         any
-	)
 	switch bw.Op {
-	case "create":
+	case "create", "update":
 		if err := requireObject("data", bw.Data); err != nil {
 			return queue.Write{}, err
 		}
-		wr.Op, method, path = queue.OpCreate, http.MethodPost, base
-		single := map[string]any{"data": bw.Data}
-		if idField.present {
-			single["id"] = bw.ID
+		wr.Op = queue.OpCreate
+		if bw.Op == "update" {
+			wr.Op = queue.OpUpdate
 		}
-		body = single
-	case "update":
-		if err := requireObject("data", bw.Data); err != nil {
-			return queue.Write{}, err
-		}
-		wr.Op, method, path = queue.OpUpdate, http.MethodPatch, base+"/"+url.PathEscape(bw.ID)
-		body = map[string]any{"data": bw.Data}
 	case "delete":
 		if dataField.present {
 			return queue.Write{}, badRequest(CodeInvalidRequest, "a delete takes no data")
 		}
-		wr.Op, method, path = queue.OpDelete, http.MethodDelete, base+"/"+url.PathEscape(bw.ID)
+		wr.Op, wr.Data = queue.OpDelete, nil
 	default:
 		return queue.Write{}, badRequest(CodeInvalidRequest, `op must be "create", "update" or "delete"`)
 	}
@@ -173,15 +182,9 @@ func (s *Server) batchItem(r *http.Request, item json.RawMessage) (queue.Write, 
 		if err := validID(bw.IdempotencyKey, queue.ValidateOperationID); err != nil {
 			return queue.Write{}, badRequest(CodeInvalidRequest, fmt.Sprintf("idempotencyKey must be 1 to %d printable ASCII characters without spaces or '/', and not . or ..", queue.MaxOperationIDLen))
 		}
-		var raw []byte
-		if body != nil {
-			raw, _ = json.Marshal(body)
-		}
-		fp, err := fingerprint(method, path, raw)
-		if err != nil {
-			return queue.Write{}, err
-		}
-		wr.OperationID, wr.RequestFingerprint = bw.IdempotencyKey, fp
+	}
+	if err := canonicalWrite(&wr, bw.IdempotencyKey); err != nil {
+		return queue.Write{}, err
 	}
 	return wr, nil
 }

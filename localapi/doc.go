@@ -29,12 +29,14 @@
 //
 // An entity write (POST, PATCH or DELETE under /v1/entities) may carry an
 // Idempotency-Key header. The key becomes the operation's id, so one user
-// intent keeps one id from the app to the remote server. The request's
-// fingerprint (SHA-256 of method, path and the canonical JSON of the
-// body) is stored with the operation: the same key and body again answer
-// with the same status and operationId and the header
-// Idempotent-Replayed: true, writing nothing; the same key with another
-// request is refused with 422 idempotency_key_reused.
+// intent keeps one id from the app to the remote server. The write's
+// fingerprint (SHA-256 of the operation, entity type, entity id and
+// canonical data, all decoded, so the path's escaping does not count) is
+// stored with the operation: the same key and write again, alone or as a
+// batch's write with its idempotencyKey, answer with the same status and
+// operationId and the header Idempotent-Replayed: true, writing nothing;
+// the same key with another write is refused with 422
+// idempotency_key_reused.
 //
 // # Events
 //

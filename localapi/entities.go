@@ -89,7 +89,7 @@ func (s *Server) createEntity(w http.ResponseWriter, r *http.Request) {
 	var id string
 	var data json.RawMessage
 	idField := &field{name: "id", dst: &id}
-	body, err := s.parseWrite(r, idField, &field{name: "data", dst: &data, required: true})
+	_, err = s.parseWrite(r, idField, &field{name: "data", dst: &data, required: true})
 	if err == nil && idField.present {
 		if validID(id, queue.ValidateEntityID) != nil {
 			err = badRequest(CodeInvalidRequest, `field "id" `+idProblem(queue.MaxEntityIDLen))
@@ -102,7 +102,7 @@ func (s *Server) createEntity(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.write(w, r, http.StatusCreated, body, queue.Write{Op: queue.OpCreate, EntityType: typ, EntityID: id, Data: data})
+	s.write(w, r, http.StatusCreated, queue.Write{Op: queue.OpCreate, EntityType: typ, EntityID: id, Data: data})
 }
 
 // PATCH /v1/entities/{type}/{id} {data} → 200 entity + operationId. data
@@ -114,7 +114,7 @@ func (s *Server) updateEntity(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var data json.RawMessage
-	body, err := s.parseWrite(r, &field{name: "data", dst: &data, required: true})
+	_, err = s.parseWrite(r, &field{name: "data", dst: &data, required: true})
 	if err == nil {
 		err = requireObject("data", data)
 	}
@@ -122,7 +122,7 @@ func (s *Server) updateEntity(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.write(w, r, http.StatusOK, body, queue.Write{Op: queue.OpUpdate, EntityType: typ, EntityID: id, Data: data})
+	s.write(w, r, http.StatusOK, queue.Write{Op: queue.OpUpdate, EntityType: typ, EntityID: id, Data: data})
 }
 
 // DELETE /v1/entities/{type}/{id} → 200 entity (deleted) + operationId.
@@ -136,7 +136,7 @@ func (s *Server) deleteEntity(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.write(w, r, http.StatusOK, nil, queue.Write{Op: queue.OpDelete, EntityType: typ, EntityID: id})
+	s.write(w, r, http.StatusOK, queue.Write{Op: queue.OpDelete, EntityType: typ, EntityID: id})
 }
 
 // parseWrite reads and decodes a write's JSON body into fields.
@@ -149,9 +149,9 @@ func (s *Server) parseWrite(r *http.Request, fields ...*field) ([]byte, error) {
 }
 
 // write finishes an entity write whose path and body are parsed: the
-// Idempotency-Key, the type and session look-ups, the queue write, the
-// answer.
-func (s *Server) write(w http.ResponseWriter, r *http.Request, status int, body []byte, wr queue.Write) {
+// Idempotency-Key and canonical data (canonicalWrite, as a batch's write),
+// the type and session look-ups, the queue write, the answer.
+func (s *Server) write(w http.ResponseWriter, r *http.Request, status int, wr queue.Write) {
 	if _, err := query(r); err != nil {
 		s.fail(w, r, err)
 		return
@@ -161,12 +161,9 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, status int, body 
 		s.fail(w, r, err)
 		return
 	}
-	if key != "" {
-		if wr.RequestFingerprint, err = requestFingerprint(r, body); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		wr.OperationID = key
+	if err := canonicalWrite(&wr, key); err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	if err := s.lookupType(r, wr.EntityType); err != nil {
 		s.fail(w, r, err)
@@ -179,6 +176,13 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, status int, body 
 		return s.d.AccountWrite(func(account string) error {
 			wr.AccountID = account
 			res, err = s.store.Apply(r.Context(), wr)
+			if errors.Is(err, queue.ErrKeyReused) {
+				// Stored by an older syncd for this same write?
+				if fp := s.storedLegacyFingerprint(wr, account, r.URL.EscapedPath()); fp != "" {
+					wr.RequestFingerprint = fp
+					res, err = s.store.Apply(r.Context(), wr)
+				}
+			}
 			return err
 		})
 	})

@@ -67,10 +67,18 @@ const MaxJSONDepth = jsonstrict.DefaultMaxDepth
 // could become one), a member name given twice (it keeps the last; other
 // readers keep the first), and nesting deeper than MaxJSONDepth.
 func decodeObject(body []byte, fields ...*field) error {
+	return decodeObjectDepth(body, MaxJSONDepth, fields...)
+}
+
+// decodeObjectDepth is decodeObject with nesting bounded by maxDepth: a
+// batch's body holds its writes two levels down (the array, the write),
+// so it allows MaxJSONDepth+2 and each write nests as a single write's
+// body may.
+func decodeObjectDepth(body []byte, maxDepth int, fields ...*field) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest(CodeInvalidJSON, "request body is empty; want a JSON object")
 	}
-	strict := jsonstrict.Check(body, MaxJSONDepth)
+	strict := jsonstrict.Check(body, maxDepth)
 	if je := (*jsonstrict.Error)(nil); errors.As(strict, &je) && je.Kind != jsonstrict.Syntax {
 		return badRequest(CodeInvalidJSON, jsonstrictProblem(je, "request body"))
 	}
@@ -250,29 +258,140 @@ func idempotencyKey(r *http.Request) (string, error) {
 	return key, nil
 }
 
-// requestFingerprint identifies an app request for its Idempotency-Key:
-// hex SHA-256 over the method, the path and the canonical JSON of the
-// body (object keys sorted, no insignificant whitespace, numbers as
-// written), so a resend with reordered keys is the same request.
-func requestFingerprint(r *http.Request, body []byte) (string, error) {
-	return fingerprint(r.Method, r.URL.EscapedPath(), body)
+// Idempotency-Key fingerprints. A key names one write: the same write
+// under the same key replays, another write is 422. The fingerprint
+// covers the write as the queue takes it, decoded: the operation, the
+// entity type, the entity id and the canonical data. So a write sent
+// alone and in a batch, or with its id escaped in its path by
+// url.PathEscape, encodeURIComponent or not at all, is one write.
+
+// writeFingerprintTag starts the hashed text of a write fingerprint, so
+// that it is never the text of an older request fingerprint (which
+// starts with the method).
+const writeFingerprintTag = "syncd write 2"
+
+// writeFingerprint is the hex SHA-256 of w's operation, entity type,
+// entity id (empty for a create that names none) and data, which
+// canonicalWrite has made canonical. Types and ids are printable ASCII and
+// canonical JSON holds no raw NUL, so the NUL separators are unambiguous.
+func writeFingerprint(w queue.Write) string {
+	h := sha256.New()
+	io.WriteString(h, writeFingerprintTag)
+	for _, s := range []string{string(w.Op), w.EntityType, w.EntityID} {
+		h.Write([]byte{0})
+		io.WriteString(h, s)
+	}
+	h.Write([]byte{0})
+	h.Write(w.Data)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
-// fingerprint is requestFingerprint of a request given by its parts; a
-// batch's writes use it with the method, path and body the write would
-// have alone, so a key sent alone and in a batch names one request.
-func fingerprint(method, escapedPath string, body []byte) (string, error) {
+// canonicalWrite makes w's data canonical, the form the queue stores and
+// sends and whose size its data limit counts (so an app's whitespace
+// counts for nothing), and, with a key, sets w's operation id and
+// fingerprint. A single write and a batch's write both pass here, so
+// they are the same queue write.
+func canonicalWrite(w *queue.Write, key string) error {
+	if w.Op != queue.OpDelete {
+		c, err := canonicalData(w.Data)
+		if err != nil {
+			return badRequest(CodeInvalidJSON, jsonProblem(err, `field "data"`))
+		}
+		w.Data = c
+	}
+	if key != "" {
+		w.OperationID, w.RequestFingerprint = key, writeFingerprint(*w)
+	}
+	return nil
+}
+
+// canonicalData is data as the queue stores it: object members sorted,
+// no insignificant whitespace, numbers as written, no HTML escaping
+// (queue's canonicalJSON, whose output is its own fixed point).
+func canonicalData(data []byte) ([]byte, error) {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	if err := e.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// Fingerprints of operations stored before syncd fingerprinted decoded
+// writes hashed the request instead: the method, the URL-escaped path
+// (a single write's as the client escaped it, a batch's write's by
+// url.PathEscape) and the canonical body. An operation keeps its
+// fingerprint for as long as its key is remembered (doneRetention, or
+// for good while unsent), so a retry after the upgrade of a write stored
+// before it would answer 422. The queue compares one fingerprint, so when
+// it refuses a key as reused, the API reads the operation under the key
+// and, when its fingerprint is one this write had then, applies the write
+// again with it: the queue replays. Only a refused key pays for this.
+
+// legacyFingerprints are the fingerprints an older syncd stored for w
+// (canonicalWrite done, key set), with its path escaped as url.PathEscape
+// (the Go client, a batch), as encodeURIComponent (the TypeScript
+// client) and as escapedPath (a single write's own, "" in a batch).
+func legacyFingerprints(w queue.Write, escapedPath string) []string {
+	method, body := http.MethodPatch, map[string]any{"data": json.RawMessage(w.Data)}
+	switch w.Op {
+	case queue.OpCreate:
+		method = http.MethodPost
+		if w.EntityID != "" {
+			body["id"] = w.EntityID
+		}
+	case queue.OpDelete:
+		method, body = http.MethodDelete, nil
+	}
+	var raw []byte
+	if body != nil {
+		var err error
+		if raw, err = json.Marshal(body); err != nil {
+			return nil
+		}
+	}
+	paths := []string{escapedPath}
+	for _, esc := range []func(string) string{url.PathEscape, escapeComponent} {
+		p := "/v1/entities/" + esc(w.EntityType)
+		if w.Op != queue.OpCreate {
+			p += "/" + esc(w.EntityID)
+		}
+		paths = append(paths, p)
+	}
+	var fps []string
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		if fp, err := legacyFingerprint(method, p, raw); err == nil && !slices.Contains(fps, fp) {
+			fps = append(fps, fp)
+		}
+	}
+	return fps
+}
+
+// legacyFingerprint is the request fingerprint of older syncd: hex
+// SHA-256 over the method, the escaped path and json.Marshal of the
+// decoded body.
+func legacyFingerprint(method, escapedPath string, body []byte) (string, error) {
 	h := sha256.New()
 	io.WriteString(h, method)
 	h.Write([]byte{0})
 	io.WriteString(h, escapedPath)
 	h.Write([]byte{0})
-	if len(bytes.TrimSpace(body)) > 0 {
+	if len(body) > 0 {
 		d := json.NewDecoder(bytes.NewReader(body))
 		d.UseNumber()
 		var v any
 		if err := d.Decode(&v); err != nil {
-			return "", badRequest(CodeInvalidJSON, jsonProblem(err, "request body"))
+			return "", err
 		}
 		c, err := json.Marshal(v)
 		if err != nil {
@@ -281,6 +400,37 @@ func fingerprint(method, escapedPath string, body []byte) (string, error) {
 		h.Write(c)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// escapeComponent escapes s as JavaScript's encodeURIComponent does.
+func escapeComponent(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.!~*'()", c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+// storedLegacyFingerprint returns the fingerprint of the operation under
+// w's key when an older syncd stored it for this same write in account,
+// "" otherwise (see legacyFingerprints).
+func (s *Server) storedLegacyFingerprint(w queue.Write, account, escapedPath string) string {
+	if w.OperationID == "" {
+		return ""
+	}
+	op, err := s.store.GetOperation(w.OperationID)
+	if err != nil || op.AccountID != account || op.RequestFingerprint == w.RequestFingerprint {
+		return ""
+	}
+	if slices.Contains(legacyFingerprints(w, escapedPath), op.RequestFingerprint) {
+		return op.RequestFingerprint
+	}
+	return ""
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -336,9 +336,25 @@ func TestPullsFeedReachability(t *testing.T) {
 		}
 		return st
 	}
-	b.waitFor("idle and online", func() bool { st := status(); return st.Online && st.Pull.State == PullStateIdle })
+	waitStatus(t, "idle and online", func() bool { st := status(); return st.Online && st.Pull.State == PullStateIdle })
 	px.SetRule(func(faultproxy.Request) faultproxy.Action { return faultproxy.Action{Kind: faultproxy.Reset} })
-	b.waitFor("offline", func() bool { return !status().Online })
+	waitStatus(t, "offline", func() bool { return !status().Online })
 	px.SetRule(nil)
-	b.waitFor("online and reading again", func() bool { st := status(); return st.Online && st.Pull.State != PullStateError })
+	waitStatus(t, "online and reading again", func() bool { st := status(); return st.Online && st.Pull.State != PullStateError })
+}
+
+// waitStatus waits for cond on a daemon's status, which changes without
+// a commit (the pull's state), so it looks every 10 ms, up to 30 s.
+func waitStatus(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
 }

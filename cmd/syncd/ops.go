@@ -66,7 +66,12 @@ func cmdOps(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tSTATE\tOP\tENTITY\tAPP\tATTEMPTS\tAGE\tERROR")
 		for _, op := range l.Items {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%s\t%d\t%s\t%s\n", op.ID, op.State, op.Type, op.EntityType, op.EntityID, cmp.Or(op.App, "-"), op.AttemptCount, time.Since(op.CreatedAt).Round(time.Second), op.LastErrorCode)
+			state, why := op.State, op.LastErrorCode
+			if op.Blocked {
+				// Held by its ordered group: say for what.
+				state, why = "blocked", "waits for "+op.BlockedBy
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%s\t%d\t%s\t%s\n", op.ID, state, op.Type, op.EntityType, op.EntityID, cmp.Or(op.App, "-"), op.AttemptCount, time.Since(op.CreatedAt).Round(time.Second), why)
 		}
 		return tw.Flush()
 	case "show":

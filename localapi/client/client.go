@@ -257,6 +257,10 @@ type Entity struct {
 	// locally: in a conflict (SyncState "conflict"), or pulled while
 	// local changes were unsent.
 	Server *ServerRecord `json:"server,omitempty"`
+	// Blocked: the entity's next operation waits for an earlier member
+	// of its ordered group, BlockedBy (as Operation.BlockedBy).
+	Blocked   bool   `json:"blocked,omitempty"`
+	BlockedBy string `json:"blockedBy,omitempty"`
 	// OperationID is the operation a write made (write answers only).
 	OperationID string `json:"operationId,omitempty"`
 	// Removed is set by Resolve and Refresh when the entity left the
@@ -323,9 +327,15 @@ type Operation struct {
 	// before it was ever sent (a mergeable type); the id of that later
 	// operation, which carries its data. The operation is done.
 	MergedInto string `json:"mergedInto,omitempty"`
-	// After, in an ordered batch, is the operation that must be done
-	// before this one is sent; while it is not, this one is held.
+	// After, in an ordered batch, is the operation before this one
+	// while this one is held (it waits until every earlier member of its
+	// group is done); cleared when released.
 	After string `json:"after,omitempty"`
+	// Blocked: this operation waits for an earlier member of its
+	// ordered group, BlockedBy, the nearest one not done (failed, or
+	// waiting its turn).
+	Blocked   bool   `json:"blocked,omitempty"`
+	BlockedBy string `json:"blockedBy,omitempty"`
 	// App is the app whose token made the write; empty for the admin
 	// token and for operations syncd made itself.
 	App string `json:"app,omitempty"`

@@ -34,6 +34,10 @@ type Event struct {
 	Data       json.RawMessage `json:"data,omitempty"`
 	// App: operation.state, the app that made the operation.
 	App string `json:"app,omitempty"`
+	// BlockedBy: operation.state of an operation held by its ordered
+	// group, the earlier member it waits for; the event of its release
+	// has none.
+	BlockedBy string `json:"blockedBy,omitempty"`
 }
 
 // EventResync tells the subscriber that events it asked for are no

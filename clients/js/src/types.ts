@@ -35,6 +35,9 @@ export interface Entity {
   syncedOperationId?: string;
   serverVersion?: number;
   server?: ServerRecord;
+  /** The entity's next operation is held by its ordered group (blockedBy: what it waits for). */
+  blocked?: boolean;
+  blockedBy?: string;
   /** The operation a write made (write answers only). */
   operationId?: string;
   /** Resolve and refresh only: the entity left the store. */
@@ -67,6 +70,10 @@ export interface Operation {
   maybeApplied?: boolean;
   mergedInto?: string;
   after?: string;
+  /** Held by its ordered group: it waits until every earlier member is done. */
+  blocked?: boolean;
+  /** The earlier member it waits for: the nearest one not done. */
+  blockedBy?: string;
   /** The app whose token made the write; absent for the admin token. */
   app?: string;
 }
@@ -149,6 +156,8 @@ export interface SyncEvent {
   data?: Record<string, unknown>;
   /** operation.state: the app that made the operation. */
   app?: string;
+  /** operation.state of an operation held by its ordered group: what it waits for. */
+  blockedBy?: string;
 }
 
 export interface BatchWrite {
@@ -164,19 +173,20 @@ export interface BatchWrite {
 // document. Keep them in step with the interfaces above.
 export const members = {
   Entity: ["accountId", "type", "id", "data", "deleted", "syncState", "serverId", "syncError", "syncCode", "version",
-    "createdAt", "updatedAt", "lastOperationId", "syncedOperationId", "serverVersion", "server", "operationId"],
+    "createdAt", "updatedAt", "lastOperationId", "syncedOperationId", "serverVersion", "server", "blocked", "blockedBy",
+    "operationId"],
   ServerRecord: ["id", "version", "deleted", "data", "missing"],
   Operation: ["id", "seq", "accountId", "operationType", "entityType", "entityId", "payloadVersion", "payload",
     "payloadFingerprint", "state", "attemptCount", "nextAttemptAt", "leaseOwner", "leaseExpiresAt", "lastErrorCode",
     "lastError", "createdAt", "completedAt", "userRetriedAt", "requestFingerprint", "declined", "remoteKey",
-    "maybeApplied", "mergedInto", "after", "app"],
+    "maybeApplied", "mergedInto", "after", "blocked", "blockedBy", "app"],
   PullStatus: ["mode", "state", "lastPullAt", "received", "bootstrapReceived", "lastError"],
   RemoteProblem: ["code", "kind", "seen", "fix", "since", "nextCheckAt"],
   Status: ["accountId", "signedIn", "online", "paused", "pauseReason", "remoteProblem", "counts",
     "oldestPendingAgeSeconds", "accountCounts", "accountOldestPendingAgeSeconds", "fileSizeBytes", "freeBytes",
     "queuedBytes", "maxQueueBytes", "queueFull", "lastEventSeq", "pull", "apps", "app"],
   Event: ["seq", "time", "type", "accountId", "entityType", "entityId", "operationId", "state", "syncState",
-    "errorCode", "mergedInto", "data", "app"],
+    "errorCode", "mergedInto", "data", "app", "blockedBy"],
   App: ["name", "types", "readOnly", "createdAt", "token"],
   BatchWrite: ["op", "type", "id", "data", "idempotencyKey"],
 } as const;

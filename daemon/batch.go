@@ -17,17 +17,24 @@ import (
 // send, the outcome after it), by its own goroutine: only the request is
 // shared. An operation that stops before sending (the session changed,
 // the age guard, an unbuildable request) leaves the batch; the batch goes
-// once every operation has sent or left. A remote without the batch
-// route (404) gets single requests, and the route is asked for again an
-// hour later.
+// once every operation has sent or left.
+//
+// Batches go only to a remote whose capabilities advertise them
+// (capabilities.go), sized by the smaller of its limits and the
+// daemon's: a claim takes at most min(BatchSize, maxOperations)
+// operations and min(BatchBytes, maxBytes) of payload, and the requests
+// are then split, by their exact size in the body, into batches of at
+// most maxBytes (one too big for any batch goes alone). A remote that
+// advertises no batch route gets single requests; one that advertised
+// it but answers 404 for it too, for an hour.
 
 // BatchMode says whether operations are sent in batches.
 type BatchMode string
 
 // Batch modes.
 const (
-	BatchAuto BatchMode = "auto" // batches when the remote has the route
-	BatchOn   BatchMode = "on"   // the same, and a missing route is logged as a warning
+	BatchAuto BatchMode = "auto" // batches when the remote advertises the route
+	BatchOn   BatchMode = "on"   // the same, and a remote without it is logged as a warning
 	BatchOff  BatchMode = "off"  // one request per operation
 )
 
@@ -52,6 +59,7 @@ type collector struct {
 	d       *Daemon
 	hard    context.Context
 	sess    sessionSnap
+	lim     batchLimits
 	mu      sync.Mutex
 	n       int // operations in the batch
 	left    int // those that stopped without sending
@@ -98,6 +106,23 @@ func (c *collector) maybeFire() {
 }
 
 func (c *collector) fire(reqs []transport.Request, waiters []chan batchAnswer) {
+	groups, alone := c.d.splitBatch(reqs, c.lim)
+	for _, i := range alone {
+		waiters[i] <- batchAnswer{single: true}
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		rs, ws := make([]transport.Request, len(g)), make([]chan batchAnswer, len(g))
+		for j, i := range g {
+			rs[j], ws[j] = reqs[i], waiters[i]
+		}
+		wg.Go(func() { c.fireOne(rs, ws) })
+	}
+	wg.Wait()
+}
+
+// fireOne sends one batch request.
+func (c *collector) fireOne(reqs []transport.Request, waiters []chan batchAnswer) {
 	d := c.d
 	ctx, cancel := context.WithTimeout(c.hard, d.lease*2/3)
 	defer cancel()
@@ -122,7 +147,53 @@ func (c *collector) fire(reqs []transport.Request, waiters []chan batchAnswer) {
 	}
 }
 
-// noBatch records that the remote has no batch route.
+// splitBatch splits reqs, in order, into batches of at most lim.ops
+// requests and lim.wire bytes of body (as the transport sizes them), and
+// returns the indexes of each batch and of the requests to send alone:
+// one too big for any batch, or left alone by the split.
+func (d *Daemon) splitBatch(reqs []transport.Request, lim batchLimits) (groups [][]int, alone []int) {
+	sizer, _ := d.batcher.(BatchSizer)
+	var (
+		cur  []int
+		size int
+	)
+	flush := func() {
+		switch len(cur) {
+		case 0:
+		case 1:
+			alone = append(alone, cur[0])
+		default:
+			groups = append(groups, cur)
+		}
+		cur, size = nil, transport.BatchEnvelopeBytes
+	}
+	flush()
+	for i, r := range reqs {
+		b := 0
+		if sizer != nil && lim.wire > 0 {
+			b = sizer.BatchItemBytes(r)
+			if transport.BatchEnvelopeBytes+b > lim.wire {
+				alone = append(alone, i)
+				continue
+			}
+		}
+		sep := 0
+		if len(cur) > 0 {
+			sep = 1
+		}
+		if len(cur) == lim.ops || (lim.wire > 0 && size+sep+b > lim.wire) {
+			flush()
+			sep = 0
+		}
+		cur = append(cur, i)
+		size += sep + b
+	}
+	flush()
+	return groups, alone
+}
+
+// noBatch records that the remote has no batch route although it
+// advertised one.
 func (d *Daemon) noBatch() {
 	d.batchMu.Lock()
 	first := d.batchOffUntil.IsZero()
@@ -133,19 +204,44 @@ func (d *Daemon) noBatch() {
 		if d.batchMode == BatchOn {
 			level = d.logger.Warn
 		}
-		level("daemon: the remote has no batch route (404); sending one request per operation", "recheck", noBatchRecheck)
+		level("daemon: the remote answered 404 for its batch route; sending one request per operation", "recheck", noBatchRecheck)
 	}
 }
 
-// batching reports whether the next claim should take a batch.
-func (d *Daemon) batching() bool {
+// batchLimits bound one batch.
+type batchLimits struct {
+	ops     int // operations
+	payload int // bytes of the operations' payload, for the claim
+	wire    int // bytes of request body (the remote's maxBytes); 0: no bound
+}
+
+// batchFor reports whether the next claim should take a batch, and how
+// big: batches go only to a remote that advertises them, within its
+// limits and the daemon's.
+func (d *Daemon) batchFor(ctx context.Context) (batchLimits, bool) {
 	if d.batcher == nil {
-		return false
+		return batchLimits{}, false
+	}
+	s, ok := d.snapshot()
+	if !ok {
+		return batchLimits{}, false
+	}
+	caps, known := d.remoteCaps(ctx, s)
+	if known != capsAdvertised || caps.Batch == nil {
+		return batchLimits{}, false
 	}
 	d.batchMu.Lock()
-	defer d.batchMu.Unlock()
-	return d.batchOffUntil.IsZero() || d.now().After(d.batchOffUntil)
+	off := !d.batchOffUntil.IsZero() && !d.now().After(d.batchOffUntil)
+	d.batchMu.Unlock()
+	lim := batchLimits{
+		ops:     min(d.batchSize, caps.Batch.MaxOperations),
+		payload: int(min(int64(d.batchBytes), caps.Batch.MaxBytes)),
+		wire:    int(min(caps.Batch.MaxBytes, int64(maxInt))),
+	}
+	return lim, !off && lim.ops > 1
 }
+
+const maxInt = int(^uint(0) >> 1)
 
 // sendOne sends an operation's request: through its batch's collector
 // when it was claimed in a batch, else alone.
@@ -169,10 +265,10 @@ func (c *collector) sent(id string) {
 	c.sentIDs[id] = true
 }
 
-// claimBatch takes up to BatchSize ready operations of the current
-// session's account. ok is false when there is none, signed out or
+// claimBatch takes up to lim.ops ready operations (lim.payload bytes of
+// payload) of the current session's account. ok is false when there is none, signed out or
 // paused, or while a misconfigured remote is rechecked (one at a time).
-func (d *Daemon) claimBatch(ctx context.Context) (cs []claimed, ok bool, err error) {
+func (d *Daemon) claimBatch(ctx context.Context, lim batchLimits) (cs []claimed, ok bool, err error) {
 	sess, ok := d.snapshot()
 	if !ok {
 		return nil, false, nil
@@ -197,7 +293,7 @@ func (d *Daemon) claimBatch(ctx context.Context) (cs []claimed, ok bool, err err
 		}
 		return []claimed{{op: op, owner: owner, sess: sess, trial: true}}, true, nil
 	}
-	ops, err := d.store.ClaimN(ctx, sess.account, owner, d.lease, d.batchSize, d.batchBytes)
+	ops, err := d.store.ClaimN(ctx, sess.account, owner, d.lease, lim.ops, lim.payload)
 	if errors.Is(err, queue.ErrNoReady) {
 		return nil, false, nil
 	}
@@ -212,8 +308,8 @@ func (d *Daemon) claimBatch(ctx context.Context) (cs []claimed, ok bool, err err
 
 // processBatch processes a claimed batch: one goroutine per operation,
 // one request for those that reach their send.
-func (d *Daemon) processBatch(hard context.Context, cs []claimed) {
-	coll := &collector{d: d, hard: hard, sess: cs[0].sess, n: len(cs)}
+func (d *Daemon) processBatch(hard context.Context, cs []claimed, lim batchLimits) {
+	coll := &collector{d: d, hard: hard, sess: cs[0].sess, lim: lim, n: len(cs)}
 	ctx := context.WithValue(hard, collectorKey{}, coll)
 	var wg sync.WaitGroup
 	for _, c := range cs {

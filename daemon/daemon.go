@@ -107,16 +107,19 @@ type Config struct {
 	Owner string
 
 	// Pull says whether the server's changes are pulled (default
-	// PullAuto). Pulling needs a Transport that is a Puller.
+	// PullAuto: unless the remote's GET /v1/capabilities says it has no
+	// feed). Pulling needs a Transport that is a Puller.
 	Pull PullMode
 	// PullWait is how long a long poll of the feed asks the server to
 	// hold when nothing is new (default DefaultPullWait, at most
 	// transport.MaxChangesWait).
 	PullWait time.Duration
 	// Batch says whether ready operations go out in batches (default
-	// BatchAuto). Batching needs a Transport that is a BatchSender.
-	// BatchSize and BatchBytes bound one batch (DefaultBatchSize,
-	// DefaultBatchBytes of payload).
+	// BatchAuto), to a remote whose GET /v1/capabilities advertises
+	// them. Batching needs a Transport that is a BatchSender and a
+	// CapabilityReader. BatchSize and BatchBytes bound one batch
+	// (DefaultBatchSize, DefaultBatchBytes of payload), and so do the
+	// remote's advertised limits.
 	Batch      BatchMode
 	BatchSize  int
 	BatchBytes int
@@ -176,6 +179,8 @@ type Daemon struct {
 
 	mis misconfig // a remote every operation fails on the same way
 
+	capsReader    CapabilityReader // nil: the remote advertises nothing
+	caps          capsState
 	batcher       BatchSender // nil: no batches
 	batchMode     BatchMode
 	batchSize     int
@@ -280,6 +285,7 @@ func New(cfg Config) (*Daemon, error) {
 	if b, ok := cfg.Transport.(BatchSender); ok && d.batchMode != BatchOff && d.batchSize > 1 {
 		d.batcher = b
 	}
+	d.capsReader, _ = cfg.Transport.(CapabilityReader)
 	d.life.init()
 	return d, nil
 }

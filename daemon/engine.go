@@ -135,9 +135,9 @@ func (d *Daemon) worker(hard context.Context) {
 			ok  bool
 			err error
 		)
-		if d.batching() {
+		if lim, batch := d.batchFor(hard); batch {
 			var cs []claimed
-			cs, ok, err = d.claimBatch(hard)
+			cs, ok, err = d.claimBatch(hard, lim)
 			if ok && len(cs) > 1 {
 				if failures > 0 {
 					failures = 0
@@ -149,7 +149,7 @@ func (d *Daemon) worker(hard context.Context) {
 					}
 					return
 				}
-				d.processBatch(hard, cs)
+				d.processBatch(hard, cs, lim)
 				continue
 			}
 			if ok {

@@ -148,6 +148,15 @@ func (d *Daemon) runPuller(soft context.Context) {
 			}
 			continue
 		}
+		if !d.pullAdvertised(soft, s) {
+			// Pull auto, and the remote's capabilities say it has no
+			// feed: nothing is read until they say otherwise.
+			d.setPullState(PullStateOff, "")
+			if !d.pullSleep(soft, d.capsWait()) {
+				return
+			}
+			continue
+		}
 		st, err := d.store.LoadPullState(s.account)
 		if err != nil {
 			d.logger.Error("daemon: pull: reading the pull state failed", "err", err)

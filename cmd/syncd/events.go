@@ -73,13 +73,26 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return apiErr(err)
 		}
 		if asJSON {
-			b, _ := json.Marshal(e)
-			fmt.Fprintln(stdout, string(b))
+			stdout.Write(eventJSON(e))
 			continue
 		}
 		fmt.Fprintln(stdout, eventLine(e))
 	}
 	return nil
+}
+
+// eventJSON is the --json form of an event: one line, its data as the
+// daemon sent it, compacted (json.Marshal would write '<', '>' and '&'
+// as \u003c, \u003e and \u0026).
+func eventJSON(e client.Event) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		msg, _ := json.Marshal(err.Error())
+		fmt.Fprintf(&b, "{\"seq\":%d,\"error\":%s}\n", e.Seq, msg)
+	}
+	return b.Bytes()
 }
 
 // eventLine is the human form of an event: one line of printable text,

@@ -59,6 +59,7 @@ const (
 	CodeInvalidRequest       = "invalid_request"        // 400: a field, parameter or header is wrong
 	CodeNoSession            = "no_session"             // 409: the request needs a signed-in account
 	CodeEntityExists         = "entity_exists"          // 409: create of an id that is taken
+	CodeEntityStale          = "entity_stale"           // 409: update of an entity whose newer server version is over this device's data limit
 	CodeIllegalTransition    = "illegal_transition"     // 409: retry/discard of an operation not failed
 	CodeNotPurgeable         = "not_purgeable"          // 409: purge refused, unsynced operations
 	CodePurgeInProgress      = "purge_in_progress"      // 409: sign-in of an account whose purge has not finished
@@ -148,6 +149,8 @@ func classify(err error) (status int, code string) {
 		return http.StatusConflict, CodeAppExists
 	case errors.Is(err, queue.ErrEntityExists):
 		return http.StatusConflict, CodeEntityExists
+	case errors.Is(err, queue.ErrEntityStale):
+		return http.StatusConflict, CodeEntityStale
 	case errors.Is(err, queue.ErrKeyReused):
 		return http.StatusUnprocessableEntity, CodeKeyReused
 	case errors.Is(err, queue.ErrIllegalTransition):

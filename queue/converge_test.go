@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -375,4 +377,50 @@ func TestReplayedDeleteKeepsARevival(t *testing.T) {
 	if !ok || e.Deleted || string(e.Data) != `{"v":13}` || e.ServerVersion != 13 || e.SyncState != SyncSynced {
 		t.Fatalf("%v %+v", ok, e)
 	}
+}
+
+// TestDiscardOfRefusedDeleteTakesTheServersRecord: a delete of a pulled
+// entity refused for a conflict (another device edited it), then
+// discarded: the entity comes back as the server holds it, and nothing
+// the user did not write is sent (the attack on issue 25 saw an update
+// of the pre-delete data queued, refused in turn).
+func TestDiscardOfRefusedDeleteTakesTheServersRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	pulled(t, s, "x", "srv-x", 1, `{"t":"v1"}`)
+	mustApply(t, s, Write{Op: OpDelete, EntityID: "x"})
+	op := claim(t, s)
+	if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "edited elsewhere", ServerState{Version: 2, Data: json.RawMessage(`{"t":"A-edit"}`)}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Discard(ctx, op.ID); err != nil {
+		t.Fatal(err)
+	}
+	e, ok := entity(t, s, "x")
+	if !ok || e.SyncState != SyncSynced || string(e.Data) != `{"t":"A-edit"}` || e.ServerVersion != 2 || e.Deleted {
+		t.Fatalf("%v %+v", ok, e)
+	}
+	if st, _ := s.Stats(); st.Counts[StatePending] != 0 {
+		t.Fatalf("something was queued: %v", st.Counts)
+	}
+}
+
+// TestUpdateOfTooLargeStaleEntityIsRefused: an entity whose newer
+// server version is over this device's data limit is not updated (the
+// patch over the old data would replace a version nobody here saw,
+// silently under last-writer-wins): ErrEntityStale; a delete is allowed.
+func TestUpdateOfTooLargeStaleEntityIsRefused(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{MaxDataBytes: 100})
+	pulled(t, s, "x", "srv-x", 1, `{"t":"small"}`)
+	pulled(t, s, "x", "srv-x", 2, `{"t":"`+strings.Repeat("x", 200)+`"}`)
+	if e, _ := entity(t, s, "x"); e.SyncState != SyncStale || e.SyncCode != StaleTooLarge {
+		t.Fatalf("%+v", e)
+	}
+	_, err := s.Apply(context.Background(), Write{Op: OpUpdate, AccountID: "acct", EntityType: "note", EntityID: "x", Data: json.RawMessage(`{"t":"edit"}`)})
+	if !errors.Is(err, ErrEntityStale) {
+		t.Fatalf("update of a stale entity: %v", err)
+	}
+	mustApply(t, s, Write{Op: OpDelete, EntityID: "x"})
 }

@@ -25,6 +25,12 @@ var (
 	// ErrEntityNotFound is returned for an entity that does not exist or
 	// has been deleted locally.
 	ErrEntityNotFound = errors.New("queue: entity not found")
+	// ErrEntityStale is returned by an update of an entity whose newer
+	// version on the server this device cannot hold (SyncStale,
+	// StaleTooLarge): a merge patch laid over the old data would replace
+	// a version the user never saw. Raise the data limit and refresh it,
+	// or delete it.
+	ErrEntityStale = errors.New("queue: the server holds a newer version of the entity than this device can hold")
 	// ErrKeyReused is returned when a write carries an operation id that
 	// names an existing operation made from another request.
 	ErrKeyReused = errors.New("queue: operation id reused with another request")

@@ -108,12 +108,17 @@ func (s *Store) NeedsRefresh(account string, limit int) ([]EntityRef, error) {
 // lags) changes nothing. With nothing under the id, a synced entity the
 // server once had is removed, and one with unsent changes keeps them,
 // the record's removal beside them. It returns the entity as it is now;
-// removed is set when it left the store.
+// removed is set when it left the store. An id neither here nor live on
+// the server is ErrEntityNotFound.
 func (s *Store) ApplyRecord(ctx context.Context, account, entityType, id string, rec *Change) (e Entity, removed bool, err error) {
 	err = s.update(ctx, func(tx *txw) error {
 		e, removed = Entity{}, false
 		if tx.b(bucketMeta).Get(purgeKey(account)) != nil {
 			return fmt.Errorf("%w: %s", ErrPurging, account)
+		}
+		before, err := tx.loadEntity(account, entityType, id)
+		if err != nil {
+			return err
 		}
 		if rec != nil {
 			if rec.EntityType != entityType || rec.EntityID != id {
@@ -129,6 +134,10 @@ func (s *Store) ApplyRecord(ctx context.Context, account, entityType, id string,
 		ent, err := tx.loadEntity(account, entityType, id)
 		if err != nil {
 			return err
+		}
+		if ent == nil && before == nil {
+			// Neither here nor live on the server.
+			return fmt.Errorf("%w: %s/%s", ErrEntityNotFound, entityType, id)
 		}
 		if ent == nil {
 			removed = true

@@ -590,6 +590,12 @@ func (tx *txw) resendIfUnsynced(e *Entity) error {
 	if err != nil || head != nil {
 		return err
 	}
+	if e.serverAhead() && !e.serverUnheld() {
+		// The server's newer record is known beside the entity (the
+		// delete was refused for it: a conflict): the entity takes it
+		// (reconcile), and nothing the user did not write is sent.
+		return nil
+	}
 	if e.SyncedOperationID != "" {
 		synced, err := tx.loadOp(e.SyncedOperationID)
 		if err != nil && !errors.Is(err, ErrOperationNotFound) {

@@ -212,10 +212,11 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		// server id (the server brings a deleted record back).
 		e.Data, e.Deleted, e.CreatedAt = w.Data, false, now
 	case OpUpdate:
-		if e.Data == nil {
-			// A record pulled over the data limit: there is nothing to
-			// lay the patch over (see SyncStale).
-			return Result{}, fmt.Errorf("%w: %s/%s: its data is not held on this device (%s): refresh it, or raise the data limit", ErrInvalidWrite, w.EntityType, w.EntityID, e.SyncCode)
+		if e.Data == nil || e.serverUnheld() && e.Server.Missing == StaleTooLarge {
+			// A newer version pulled over the data limit: the patch laid
+			// over the old data (or none) would replace what the user
+			// never saw (see SyncStale).
+			return Result{}, fmt.Errorf("%w: the server's %s/%s is over this device's data limit: raise the limit and refresh it", ErrEntityStale, w.EntityType, w.EntityID)
 		}
 		merged, err := mergePatch(e.Data, w.Data)
 		if err != nil {

@@ -59,7 +59,10 @@ func heldOps(d *device) (held int, free []string, err error) {
 	blockedPart := map[string]bool{}
 	for _, o := range all {
 		part := str(o, "entityType") + "/" + str(o, "entityId")
-		if str(o, "state") == "permanent_failed" || blockedPart[part] || blocked[str(o, "after")] {
+		// "blocked": held by its ordered group, which waits until every
+		// earlier member is done (the daemon says so: a member done
+		// while the group was held is not in these lists).
+		if str(o, "state") == "permanent_failed" || o["blocked"] == true || blockedPart[part] || blocked[str(o, "after")] {
 			if str(o, "state") == "pending" {
 				held++
 			}

@@ -438,9 +438,9 @@ func TestClientResolve(t *testing.T) {
 }
 
 // TestClientRefresh: a refresh reads the record from the server and
-// settles the entity; an entity the server holds nothing of and nothing
-// local waits for leaves the store (removed); without a remote that
-// answers, 503 remote_unavailable and nothing changes.
+// settles the entity; an id neither here nor on the server is 404;
+// without a remote that answers, 503 remote_unavailable and nothing
+// changes.
 func TestClientRefresh(t *testing.T) {
 	t.Parallel()
 	e := localapitest.Start(t, localapitest.Options{Account: "alice", Drain: true})
@@ -463,8 +463,8 @@ func TestClientRefresh(t *testing.T) {
 	if string(got.Data) != `{"v":1}` || got.ServerVersion != 1 || got.Removed {
 		t.Fatalf("refreshed: %+v", got)
 	}
-	if got, err := c.Refresh(ctx, "note", "nowhere"); err != nil || !got.Removed {
-		t.Fatalf("refresh of an id the server does not hold: %+v %v", got, err)
+	if _, err := c.Refresh(ctx, "note", "nowhere"); !client.IsCode(err, "not_found") {
+		t.Fatalf("refresh of an id neither here nor on the server: %v", err)
 	}
 	e.Remote.Close() // the remote's store is closed: reads fail
 	var ce *client.Error

@@ -336,7 +336,6 @@ func (f *fakeDaemon) AccountWrite(fn func(string) error) error {
 func (f *fakeDaemon) Refresh(context.Context, string, string) (queue.Entity, bool, error) {
 	return queue.Entity{}, false, daemon.ErrNoRecordRead
 }
-func (f *fakeDaemon) RefreshStale(context.Context) (int, error) { return 0, nil }
 
 // fakeStore answers every call with err.
 type fakeStore struct{ err error }

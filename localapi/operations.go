@@ -154,16 +154,22 @@ func (s *Server) discardOperation(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	op, opErr := s.store.GetOperation(id)
 	if err := callerOf(r).commit(func() error { return s.store.Discard(r.Context(), id) }); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	s.auditApp(r, "discard", "operation", id)
-	// A discarded change may leave data the server does not hold: such
-	// an entity waits stale for a read of the record, made now if the
+	// A discarded change may leave data the server does not hold: its
+	// entity then waits stale for a read of the record, made now if the
 	// remote answers (otherwise the puller makes it later).
-	if _, err := s.d.RefreshStale(r.Context()); err != nil {
-		s.logger.Debug("localapi: refresh after a discard failed; syncd tries again later", "err", err)
+	if opErr == nil {
+		if e, err := s.store.GetEntity(op.AccountID, op.EntityType, op.EntityID); err == nil &&
+			e.SyncState == queue.SyncStale && e.SyncCode == queue.StaleRefreshNeeded {
+			if _, _, err := s.d.Refresh(r.Context(), op.EntityType, op.EntityID); err != nil {
+				s.logger.Debug("localapi: refresh after a discard failed; syncd tries again later", "err", err)
+			}
+		}
 	}
 	s.d.Notify() // the next operation of the partition may be ready now
 	writeJSON(w, http.StatusOK, discardAnswer{OperationID: id, Discarded: true})

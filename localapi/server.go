@@ -61,10 +61,8 @@ type Daemon interface {
 	// when signed out).
 	AccountWrite(fn func(accountID string) error) error
 	// Refresh reads an entity's record from the remote again and settles
-	// the local entity with it; RefreshStale does it for the entities
-	// that wait for it (after a discard).
+	// the local entity with it.
 	Refresh(ctx context.Context, entityType, id string) (e queue.Entity, removed bool, err error)
-	RefreshStale(ctx context.Context) (int, error)
 }
 
 // Store is what the API needs from the queue. *queue.Store satisfies it.

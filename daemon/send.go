@@ -141,8 +141,12 @@ func (d *Daemon) unbuildable(c claimed, err error) {
 	wait := d.policy.Backoff.Cap(op.AttemptCount - 1)
 	d.logger.Error("daemon: the operation's request cannot be built; trying again later", "operation", op.ID, "in", wait, "err", err)
 	msg := "the request could not be built from the local data: " + err.Error()
-	if err := d.store.RetryAt(context.Background(), op.ID, c.owner, d.now().Add(wait), CodeLocalError, msg, false); err != nil {
-		d.storeErr("retry (request not built)", op, err)
+	id, owner, at := op.ID, c.owner, d.now().Add(wait)
+	write := func(ctx context.Context) error {
+		return d.store.RetryAt(ctx, id, owner, at, CodeLocalError, msg, false)
+	}
+	if err := write(context.Background()); err != nil {
+		d.storeErr("retry (request not built)", op, err, write)
 	}
 }
 
@@ -157,8 +161,12 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		// be fixed instead of failing.
 		d.metrics.attempt(o.Code)
 		msg := "held: the remote looks misconfigured (see syncd status): " + message(o)
-		if err := d.store.RetryAt(context.Background(), op.ID, c.owner, at, o.Code, msg, maybeApplied(o)); err != nil {
-			d.storeErr("hold", op, err)
+		id, owner, code, mayBe := op.ID, c.owner, o.Code, maybeApplied(o)
+		write := func(ctx context.Context) error {
+			return d.store.RetryAt(ctx, id, owner, at, code, msg, mayBe)
+		}
+		if err := write(context.Background()); err != nil {
+			d.storeErr("hold", op, err, write)
 		}
 		return next, false
 	}
@@ -180,20 +188,27 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		if o.OtherData {
 			d.logger.Warn("daemon: the server already held other data under the create's id; the entity's data follows as an update unless it is deleted", "operation", op.ID, "entityType", op.EntityType, "entityId", op.EntityID, "serverId", o.ServerID)
 		}
+		id, owner := op.ID, c.owner
+		complete := func(ctx context.Context) error {
+			_, err := d.store.Complete(ctx, id, owner, comp)
+			return err
+		}
 		if !chain || d.stopping() || !d.current(c.sess) {
-			if _, err := d.store.Complete(ctx, op.ID, c.owner, comp); err != nil {
-				d.storeErr("complete", op, err)
+			if err := complete(ctx); err != nil {
+				d.storeErr("complete", op, err, complete)
 			}
 			return next, false
 		}
-		owner := d.newOwner()
-		_, nop, got, err := d.store.CompleteAndClaim(ctx, op.ID, c.owner, comp, c.sess.account, owner, d.lease)
+		nextOwner := d.newOwner()
+		_, nop, got, err := d.store.CompleteAndClaim(ctx, op.ID, c.owner, comp, c.sess.account, nextOwner, d.lease)
 		if err != nil {
-			d.storeErr("complete", op, err)
+			// Kept, it is recorded alone: the next claim is the
+			// worker's to make.
+			d.storeErr("complete", op, err, complete)
 			return next, false
 		}
 		if got {
-			return claimed{op: nop, owner: owner, sess: c.sess}, true
+			return claimed{op: nop, owner: nextOwner, sess: c.sess}, true
 		}
 	case transport.RefreshSession:
 		d.metrics.attempt(o.Code)
@@ -249,8 +264,12 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 			// everything when it is back).
 			at = d.now().Add(d.policy.Delay(o, op.AttemptCount-1, d.rnd))
 		}
-		if err := d.store.RetryAt(ctx, op.ID, c.owner, at, code, message(o), maybeApplied(o)); err != nil {
-			d.storeErr("retry", op, err)
+		id, owner, msg, mayBe := op.ID, c.owner, message(o), maybeApplied(o)
+		write := func(ctx context.Context) error {
+			return d.store.RetryAt(ctx, id, owner, at, code, msg, mayBe)
+		}
+		if err := write(ctx); err != nil {
+			d.storeErr("retry", op, err, write)
 			return
 		}
 		d.logger.Debug("daemon: retry scheduled", "operation", op.ID, "code", code, "attempts", op.AttemptCount, "in", at.Sub(d.now()))
@@ -266,8 +285,12 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		}
 		d.logger.Info("daemon: the server holds a newer version written elsewhere; the entity is in conflict", "operation", op.ID,
 			"entityType", op.EntityType, "entityId", op.EntityID, "code", o.Code, "serverVersion", cur.Version)
-		if err := d.store.Conflict(ctx, op.ID, c.owner, o.Code, message(o), cur, o.Replayed); err != nil {
-			d.storeErr("conflict", op, err)
+		id, owner, code, msg, replayed := op.ID, c.owner, o.Code, message(o), o.Replayed
+		write := func(ctx context.Context) error {
+			return d.store.Conflict(ctx, id, owner, code, msg, cur, replayed)
+		}
+		if err := write(ctx); err != nil {
+			d.storeErr("conflict", op, err, write)
 		}
 	default: // Permanent, NeedsUserAction
 		d.metrics.attempt(o.Code)
@@ -360,43 +383,68 @@ func message(o transport.Outcome) string {
 func (d *Daemon) fail(c claimed, code, msg string, isDeclined, maybeApplied bool) {
 	op := c.op
 	d.metrics.permanent(code)
-	var err error
-	if isDeclined {
-		err = d.store.Decline(context.Background(), op.ID, c.owner, code, msg)
-	} else {
-		err = d.store.Fail(context.Background(), op.ID, c.owner, code, msg, maybeApplied)
+	id, owner, typ, entityType := op.ID, c.owner, op.Type, op.EntityType
+	write := func(ctx context.Context) error {
+		var err error
+		if isDeclined {
+			err = d.store.Decline(ctx, id, owner, code, msg)
+		} else {
+			err = d.store.Fail(ctx, id, owner, code, msg, maybeApplied)
+		}
+		if err == nil {
+			d.logger.Warn("daemon: operation failed permanently", "operation", id, "type", typ, "entityType", entityType, "code", code, "reason", msg)
+		}
+		return err
 	}
-	if err != nil {
-		d.storeErr("fail", op, err)
-		return
+	if err := write(context.Background()); err != nil {
+		d.storeErr("fail", op, err, write)
 	}
-	d.logger.Warn("daemon: operation failed permanently", "operation", op.ID, "type", op.Type, "entityType", op.EntityType, "code", code, "reason", msg)
 }
 
 // release puts a claimed operation back to pending, ready at once.
 // maybeApplied: its request went out and the send was cut off.
 func (d *Daemon) release(c claimed, why string, maybeApplied bool) {
-	if err := d.store.Release(context.Background(), c.op.ID, c.owner, maybeApplied); err != nil {
-		d.storeErr("release ("+why+")", c.op, err)
+	id, owner := c.op.ID, c.owner
+	write := func(ctx context.Context) error { return d.store.Release(ctx, id, owner, maybeApplied) }
+	if err := write(context.Background()); err != nil {
+		d.storeErr("release ("+why+")", c.op, err, write)
 	}
 }
 
 // releaseUnsent releases a claim whose request was not sent: its attempt
 // is not counted.
 func (d *Daemon) releaseUnsent(c claimed, why string) {
-	if err := d.store.ReleaseUnsent(context.Background(), c.op.ID, c.owner); err != nil {
-		d.storeErr("release ("+why+")", c.op, err)
+	id, owner := c.op.ID, c.owner
+	write := func(ctx context.Context) error { return d.store.ReleaseUnsent(ctx, id, owner) }
+	if err := write(context.Background()); err != nil {
+		d.storeErr("release ("+why+")", c.op, err, write)
 	}
 }
 
-// storeErr logs a failed outcome write. A lost lease (another worker took
-// the operation over) and a purged operation are expected and quiet.
-func (d *Daemon) storeErr(what string, op queue.Operation, err error) {
-	if errors.Is(err, queue.ErrLeaseLost) || errors.Is(err, queue.ErrOperationNotFound) || errors.Is(err, queue.ErrIllegalTransition) {
-		d.logger.Debug("daemon: outcome not recorded", "what", what, "operation", op.ID, "err", err)
+// storeErr handles a failed outcome write; write makes it again. A full
+// disk (queue.ErrStorageFull) keeps the outcome in memory and writes it
+// again when space returns (see keptOutcomes in storefail.go); the
+// goroutine that keeps the first of a run waits for that here. Other
+// failures are logged.
+func (d *Daemon) storeErr(what string, op queue.Operation, err error, write func(context.Context) error) {
+	if errors.Is(err, queue.ErrStorageFull) {
+		if d.storeFail.keep(what, op.ID, err, write) {
+			d.flushKept()
+		}
 		return
 	}
-	d.logger.Error("daemon: outcome not recorded", "what", what, "operation", op.ID, "err", err)
+	d.logNotRecorded(what, op.ID, err)
+}
+
+// logNotRecorded logs an outcome write that failed. A lost lease
+// (another worker took the operation over) and a purged operation are
+// expected and quiet.
+func (d *Daemon) logNotRecorded(what, id string, err error) {
+	if errors.Is(err, queue.ErrLeaseLost) || errors.Is(err, queue.ErrOperationNotFound) || errors.Is(err, queue.ErrIllegalTransition) {
+		d.logger.Debug("daemon: outcome not recorded", "what", what, "operation", id, "err", err)
+		return
+	}
+	d.logger.Error("daemon: outcome not recorded", "what", what, "operation", id, "err", err)
 }
 
 // reconnectMinOutage is how long the remote must have been unreachable

@@ -424,3 +424,23 @@ func TestUpdateOfTooLargeStaleEntityIsRefused(t *testing.T) {
 	}
 	mustApply(t, s, Write{Op: OpDelete, EntityID: "x"})
 }
+
+// TestDiscardOfRefusedCreateKeepsTheServersRecord: a create refused by
+// the server while a pull brought another device's record under the
+// same id: discarding the create takes that record, instead of removing
+// the entity the server holds (the feed would not bring it again).
+func TestDiscardOfRefusedCreateKeepsTheServersRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	c := create(t, s, "x", `{"mine":1}`).Operation
+	pulled(t, s, "x", "srv-x", 1, `{"theirs":1}`)
+	decline(t, s, claimOnly(t, s, c.ID))
+	if err := s.Discard(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	e, ok := entity(t, s, "x")
+	if !ok || e.SyncState != SyncSynced || string(e.Data) != `{"theirs":1}` || e.ServerID != "srv-x" || e.ServerVersion != 1 {
+		t.Fatalf("%v %+v", ok, e)
+	}
+}

@@ -504,6 +504,18 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 			}
 		}
 		switch {
+		case op.Type == OpCreate && !recreated && e.Server != nil && !e.Server.Deleted:
+			// The server holds a record under the id after all (another
+			// device's, which a pull kept beside the refused create): the
+			// entity becomes it (reconcile takes it), not removed.
+			e.Deleted = false
+			e.ServerVersion, e.Unbased = 0, false
+			if e.Server.ID != "" {
+				e.ServerID, e.Server.ID = e.Server.ID, ""
+			}
+			if err := tx.saveEntity(e); err != nil {
+				return err
+			}
 		case op.Type == OpCreate && !recreated:
 			if err := tx.deleteEntity(e.AccountID, e.Type, e.ID); err != nil {
 				return err

@@ -51,6 +51,7 @@ func (d *device) start(t *testing.T, account string) {
 	t.Helper()
 	args := []string{"run", "--data-dir", d.dir, "--listen", "127.0.0.1:0", "--socket", "off",
 		"--remote", d.proxy.url(), "--pull", "on"}
+	args = append(args, daemonDebugArgs()...)
 	p, got := startProc(t, d.log, args, "syncd: listening on ", "syncd: API token in ")
 	d.proc = p
 	d.url = got[0]

@@ -132,6 +132,9 @@ func checkConvergence(t *testing.T, cfg config, p params, seed uint64) {
 		driven.Round(time.Millisecond), quiet1.Round(time.Millisecond), quiet2.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	for _, d := range diffs {
 		t.Errorf("difference: %s", d)
+		if debugOn {
+			t.Log(r.dumpDifference(d))
+		}
 	}
 	if t.Failed() {
 		t.Logf("logs in %s (kept: the test failed)", r.c.dir)

@@ -73,10 +73,12 @@ func TestRenewedEditOfDeletedRecordKeepsItsRevival(t *testing.T) {
 	}
 
 	// 4. A creates x again: the same record, brought back at v3. A
-	// marker after it tells when B's pull has read past it.
+	// marker written after it (once it is sent: two entities' writes go
+	// out in parallel) tells when B's pull has read past it.
 	a.write(queue.OpCreate, "x", `{"v":"again"}`)
-	a.write(queue.OpCreate, "marker", `{}`)
 	a.waitFor("created again", a.synced)
+	a.write(queue.OpCreate, "marker", `{}`)
+	a.waitFor("marker sent", a.synced)
 	rec := w.record("x")
 	if rec.Deleted || rec.ID != tomb.ID || rec.Version != tomb.Version+1 {
 		t.Fatalf("the server's x after the create: %+v (tombstone %+v)", rec, tomb)

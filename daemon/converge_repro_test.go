@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"reflect"
 	"testing"
 
@@ -11,35 +10,24 @@ import (
 
 // TestRenewedEditOfDeletedRecordKeepsItsRevival reduces the checker's
 // "live on the server, missing on the device" (postgres-lww
-// seed=808834872, note/e11 on dev0) to two daemons.
+// seed=808834872, note/e11 on dev0) to two daemons. Before the fix:
 //
-// NOTE: this test FAILS on the engine at 9479858 (the root cause, for the
-// engine's owners to fix; it is not fixed here):
-//
-//  1. B's edit of x (made on v1) meets A's delete of x (v2): 410,
+//  1. B's edit of x (made on v1) met A's delete of x (v2): 410,
 //     conflict deleted_on_server, the deletion kept beside (v2).
-//  2. The app PATCHes x again, the documented resolution of a conflict:
-//     queue (tx.apply) makes it "a change made on the server's version",
-//     ServerVersion = max(1, Server.Version) = 2, and drops Server. The
-//     entity is now based on the tombstone's version, and nothing says
-//     that version is a deletion.
-//  3. The renewed head goes on baseVersion 2 and is answered 410 again.
-//     Store.Conflict takes a fresh 410 as gone(ServerID): "one past the
-//     newest version known", ServerVersion+1 = 3. But the newest known
-//     version (2) IS the deletion: B now believes in a deletion at v3
-//     that the server never made.
-//  4. A creates x again: the server brings the record back, same id,
-//     version 3, live.
-//  5. B's pull: newer({v3 live}) against Server {v3 deleted} is false:
-//     skipped; the cursor moves past it and the feed never brings it
-//     again.
-//  6. The app resolves take server (as the checker does): Server is
-//     deleted, so the entity is removed. The server holds x live; B
-//     does not, forever.
+//  2. The app PATCHed x again: the entity was based on the tombstone's
+//     version (2) and the deletion dropped; the renewed update was
+//     answered 410 again, and Store.Conflict made up a deletion one past
+//     the newest version known: v3, which the server never made.
+//  3. A created x again: the server brought the record back at v3; B's
+//     pull took it as not newer than its made-up deletion and skipped
+//     it, and a take of the server's record removed x from B for good.
 //
-// (The same fabricated deletion also wins when the pull lands the
-// revival first and a 410 answered before it is recorded after it:
-// gone() then makes the live v3 a deletion at v4.)
+// Now a PATCH of an entity the server deleted brings the record back (a
+// create, as resolve take local does), and an answer without a version
+// never makes up one: it keeps what the pull kept, or stands at the
+// lowest version it can have. queue/converge_test.go has the store's
+// side (TestPatchOfDeletedConflictBringsTheRecordBack,
+// TestGoneAnswerKeepsWhatThePullKept).
 func TestRenewedEditOfDeletedRecordKeepsItsRevival(t *testing.T) {
 	t.Parallel()
 	w := newTwoWay(t, remote.Config{})
@@ -59,48 +47,27 @@ func TestRenewedEditOfDeletedRecordKeepsItsRevival(t *testing.T) {
 		return ok && e.SyncState == queue.SyncConflict && e.SyncCode == queue.CodeDeletedOnServer && e.Server != nil && e.Server.Deleted
 	})
 
-	// 2-3. The app edits x again: the renewed head gets 410 again.
-	b.write(queue.OpUpdate, "x", `{"by":"B2"}`)
-	b.waitFor("x in conflict again", func() bool {
-		e, ok := b.entity("x")
-		return ok && e.SyncState == queue.SyncConflict && e.Server != nil && e.Server.Deleted
-	})
-	e, _ := b.entity("x")
-	tomb := w.record("x")
-	t.Logf("B after the second 410: serverVersion=%d server=%+v; the server's tombstone is v%d", e.ServerVersion, *e.Server, tomb.Version)
-	if e.Server.Version > tomb.Version {
-		t.Errorf("B keeps a deletion at v%d beside x; the server deleted it at v%d and made no later version", e.Server.Version, tomb.Version)
+	// 2. The app edits x again: it brings x back.
+	if r := b.write(queue.OpUpdate, "x", `{"by":"B2"}`); r.Operation.Type != queue.OpCreate {
+		t.Fatalf("the edit of a record the server deleted went as %s", r.Operation.Type)
+	}
+	b.waitFor("x back on the server", b.synced)
+	if rec := w.record("x"); rec.Deleted {
+		t.Fatalf("the server's x: %+v", rec)
 	}
 
-	// 4. A creates x again: the same record, brought back at v3. A
-	// marker written after it (once it is sent: two entities' writes go
-	// out in parallel) tells when B's pull has read past it.
+	// 3. Every device holds what the server holds: A deletes x again and
+	// creates it again; B takes every version.
+	a.waitFor("A has x back", func() bool { _, ok := a.entity("x"); return ok })
+	a.write(queue.OpDelete, "x", "")
+	a.waitFor("deleted again", a.synced)
 	a.write(queue.OpCreate, "x", `{"v":"again"}`)
 	a.waitFor("created again", a.synced)
-	a.write(queue.OpCreate, "marker", `{}`)
-	a.waitFor("marker sent", a.synced)
-	rec := w.record("x")
-	if rec.Deleted || rec.ID != tomb.ID || rec.Version != tomb.Version+1 {
-		t.Fatalf("the server's x after the create: %+v (tombstone %+v)", rec, tomb)
+	want := w.serverLive()
+	for _, dv := range []*device{a, b} {
+		dv.waitFor("one state", func() bool { return reflect.DeepEqual(dv.live(), want) && dv.synced() })
 	}
-	b.waitFor("B pulled past x's revival", func() bool { _, ok := b.entity("marker"); return ok })
-
-	// 5. B must know the server holds x live again.
-	e, _ = b.entity("x")
-	t.Logf("B's x after the pull: syncState=%s serverVersion=%d server=%+v", e.SyncState, e.ServerVersion, e.Server)
-	if e.Server == nil || e.Server.Deleted || e.Server.Version != rec.Version {
-		t.Errorf("B's record beside x is %+v; the server holds x live at v%d", e.Server, rec.Version)
-	}
-
-	// 6. The app takes the server's record, as the checker does.
-	if e.SyncState == queue.SyncConflict {
-		if _, _, err := b.store.Resolve(context.Background(), "alice", "note", "x", queue.TakeServer, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b.d.Notify()
-	b.waitFor("B settled", b.synced)
-	if got, want := b.live(), w.serverLive(); !reflect.DeepEqual(got, want) {
-		t.Fatalf("B holds %v, the server %v: x is live on the server and missing on B", got, want)
+	if e, _ := b.entity("x"); e.SyncState != queue.SyncSynced || e.ServerVersion != w.record("x").Version {
+		t.Fatalf("B's x: %+v", e)
 	}
 }

@@ -285,9 +285,9 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		}
 		d.logger.Info("daemon: the server holds a newer version written elsewhere; the entity is in conflict", "operation", op.ID,
 			"entityType", op.EntityType, "entityId", op.EntityID, "code", o.Code, "serverVersion", cur.Version)
-		id, owner, code, msg, replayed := op.ID, c.owner, o.Code, message(o), o.Replayed
+		id, owner, code, msg := op.ID, c.owner, o.Code, message(o)
 		write := func(ctx context.Context) error {
-			return d.store.Conflict(ctx, id, owner, code, msg, cur, replayed)
+			return d.store.Conflict(ctx, id, owner, code, msg, cur)
 		}
 		if err := write(ctx); err != nil {
 			d.storeErr("conflict", op, err, write)

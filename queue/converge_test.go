@@ -51,7 +51,7 @@ func TestConflictKeepsTheNewerServerRecord(t *testing.T) {
 		mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
 		op := claim(t, s)
 		pulled(t, s, "n", "srv-n", 3, `{"v":3}`)
-		if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "newer", ServerState{Version: 2, Data: json.RawMessage(`{"v":2}`)}, replayed); err != nil {
+		if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "newer", ServerState{Version: 2, Data: json.RawMessage(`{"v":2}`)}); err != nil {
 			t.Fatal(err)
 		}
 		e, _ := entity(t, s, "n")
@@ -65,25 +65,83 @@ func TestConflictKeepsTheNewerServerRecord(t *testing.T) {
 	}
 }
 
-// TestFreshGoneAnswerIsNewest (case 2, deletes): a fresh 410 on an update
-// says the record is deleted now, newer than a live version a pull kept
-// beside the entity; a replayed one does not override it.
-func TestFreshGoneAnswerIsNewest(t *testing.T) {
+// TestGoneAnswerKeepsWhatThePullKept (case 2, deletes): a 410 or 404 on
+// an update says the record is deleted but not at which version, so it
+// cannot be placed among the versions a pull kept beside the entity: the
+// pulled record stays, fresh answer or replayed, and the feed's
+// tombstone, when it comes, is taken.
+func TestGoneAnswerKeepsWhatThePullKept(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for _, replayed := range []bool{false, true} {
-		s, _ := setup(t, Config{})
-		pulled(t, s, "n", "srv-n", 1, `{"v":1}`)
-		mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
-		op := claim(t, s)
-		pulled(t, s, "n", "srv-n", 3, `{"v":3}`)
-		if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}, replayed); err != nil {
-			t.Fatal(err)
-		}
-		e, _ := entity(t, s, "n")
-		if e.Server == nil || e.Server.Deleted == replayed {
-			t.Fatalf("replayed=%v: server %+v", replayed, e.Server)
-		}
+	s, _ := setup(t, Config{})
+	pulled(t, s, "n", "srv-n", 1, `{"v":1}`)
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
+	op := claim(t, s)
+	pulled(t, s, "n", "srv-n", 3, `{"v":3}`)
+	if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := entity(t, s, "n")
+	if e.SyncState != SyncConflict || e.Server == nil || e.Server.Deleted || e.Server.Version != 3 {
+		t.Fatalf("after the 410: %+v server %+v", e, e.Server)
+	}
+	pulled(t, s, "n", "srv-n", 4, "")
+	if _, removed, err := s.Resolve(ctx, "acct", "note", "n", TakeServer, ""); err != nil || !removed {
+		t.Fatalf("take server after the tombstone: %v %v", removed, err)
+	}
+	// Without a pulled record, the deletion stands at the lowest version
+	// it can have.
+	s2, _ := setup(t, Config{})
+	pulled(t, s2, "n", "srv-n", 1, `{"v":1}`)
+	mustApply(t, s2, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
+	op = claim(t, s2)
+	if err := s2.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := entity(t, s2, "n"); e.Server == nil || !e.Server.Deleted || e.Server.Version != 2 {
+		t.Fatalf("after the 410: server %+v", e.Server)
+	}
+}
+
+// TestPatchOfDeletedConflictBringsTheRecordBack: the app edits an entity
+// in a deleted_on_server conflict: that is keeping its data, a create
+// that brings the record back (not an update that meets the deletion
+// again, made on the deletion's version). The checker found a device
+// whose second write over such a conflict left it based on the
+// tombstone, so that a 410 then made up a deletion at the version the
+// record came back at, and the revival was skipped.
+func TestPatchOfDeletedConflictBringsTheRecordBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	pulled(t, s, "n", "srv-n", 1, `{"v":1}`)
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
+	op := claim(t, s)
+	pulled(t, s, "n", "srv-n", 2, "")
+	if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}); err != nil {
+		t.Fatal(err)
+	}
+	r := mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"again":1}`)})
+	if r.Operation.Type != OpCreate {
+		t.Fatalf("the edit is a %s", r.Operation.Type)
+	}
+	if _, err := s.GetOperation(op.ID); !errors.Is(err, ErrOperationNotFound) {
+		t.Fatalf("the refused update: %v", err)
+	}
+	c := claim(t, s)
+	if c.ID != r.Operation.ID {
+		t.Fatalf("claimed %s", c.ID)
+	}
+	if _, err := s.Complete(ctx, c.ID, "w", Completion{ServerID: "srv-n", ServerVersion: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := entity(t, s, "n"); e.SyncState != SyncSynced || e.ServerVersion != 3 {
+		t.Fatalf("%+v", e)
+	}
+	// A revival by another device at the next version is taken.
+	pulled(t, s, "n", "srv-n", 4, `{"by":"B"}`)
+	if e, _ := entity(t, s, "n"); string(e.Data) != `{"by":"B"}` {
+		t.Fatalf("%+v", e)
 	}
 }
 
@@ -116,7 +174,7 @@ func TestRecreatedRecordIsAnotherRecord(t *testing.T) {
 		pulled(t, s, "n", "srv-new", 1, `{"v":"new"}`)
 		op := claim(t, s)
 		// The update went to srv-old: 404, deleted on the server.
-		if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}, false); err != nil {
+		if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}); err != nil {
 			t.Fatal(err)
 		}
 		e, _ := entity(t, s, "n")
@@ -241,7 +299,7 @@ func TestDeleteConflictIsVisible(t *testing.T) {
 	pulled(t, s, "n", "srv-n", 1, `{"v":1}`)
 	mustApply(t, s, Write{Op: OpDelete, EntityID: "n"})
 	op := claim(t, s)
-	if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "edited elsewhere", ServerState{Version: 2, Data: json.RawMessage(`{"v":2}`)}, false); err != nil {
+	if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "edited elsewhere", ServerState{Version: 2, Data: json.RawMessage(`{"v":2}`)}); err != nil {
 		t.Fatal(err)
 	}
 	e, ok := entity(t, s, "n")
@@ -286,7 +344,7 @@ func TestFullPassKeepsTheRecordsRemovalBesideUnsentChanges(t *testing.T) {
 		t.Fatalf("%+v server %+v", e, e.Server)
 	}
 	op := claim(t, s)
-	if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}, false); err != nil {
+	if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, removed, err := s.Resolve(ctx, "acct", "note", "n", TakeServer, ""); err != nil || !removed {
@@ -305,7 +363,7 @@ func TestCreateMakingANewRecordRebases(t *testing.T) {
 	pulled(t, s, "n", "srv-old", 5, `{"v":5}`)
 	mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
 	op := claim(t, s)
-	if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}, false); err != nil {
+	if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.Resolve(ctx, "acct", "note", "n", TakeLocal, ""); err != nil {
@@ -343,7 +401,7 @@ func TestGoneAnswerDoesNotHideARevival(t *testing.T) {
 	mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
 	pulled(t, s, "n", "srv-n", 2, "") // A deleted it
 	op := claim(t, s)
-	if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}, false); err != nil {
+	if err := s.Conflict(ctx, op.ID, "w", CodeDeletedOnServer, "gone", ServerState{Deleted: true}); err != nil {
 		t.Fatal(err)
 	}
 	e, _ := entity(t, s, "n")
@@ -391,7 +449,7 @@ func TestDiscardOfRefusedDeleteTakesTheServersRecord(t *testing.T) {
 	pulled(t, s, "x", "srv-x", 1, `{"t":"v1"}`)
 	mustApply(t, s, Write{Op: OpDelete, EntityID: "x"})
 	op := claim(t, s)
-	if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "edited elsewhere", ServerState{Version: 2, Data: json.RawMessage(`{"t":"A-edit"}`)}, false); err != nil {
+	if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "edited elsewhere", ServerState{Version: 2, Data: json.RawMessage(`{"t":"A-edit"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Discard(ctx, op.ID); err != nil {

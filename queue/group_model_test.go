@@ -202,7 +202,7 @@ func TestOrderedGroupsMatchModel(t *testing.T) {
 					if op.Type == OpCreate {
 						err = s.Decline(ctx, op.ID, "w", "validation", "refused")
 					} else {
-						err = s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "newer", ServerState{Version: 9, Data: json.RawMessage(`{"theirs":1}`)}, false)
+						err = s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "newer", ServerState{Version: 9, Data: json.RawMessage(`{"theirs":1}`)})
 					}
 				}
 				if err != nil {

@@ -177,7 +177,7 @@ func TestGroupResolveTakeLocalTakesThePlace(t *testing.T) {
 	done(t, s, claimOnly(t, s, mustHead(t, s, "x")), "srv-x")
 	ids := ordered(t, s, w(OpUpdate, "x", `{"v":"mine"}`), w(OpCreate, "y", `{}`))
 	m0 := claimOnly(t, s, ids[0])
-	if err := s.Conflict(ctx, m0.ID, "w", CodeVersionConflict, "newer", ServerState{Version: 2, Data: json.RawMessage(`{"v":2}`)}, false); err != nil {
+	if err := s.Conflict(ctx, m0.ID, "w", CodeVersionConflict, "newer", ServerState{Version: 2, Data: json.RawMessage(`{"v":2}`)}); err != nil {
 		t.Fatal(err)
 	}
 	e, _, err := s.Resolve(ctx, "acct", "note", "x", TakeLocal, "")

@@ -451,12 +451,12 @@ func (tx *txw) remoteEvent(e *Entity, typ string) error {
 // next attempt goes under a new key), and its entity turns conflict with
 // the server's record beside the local data.
 //
-// replayed says the answer is the server's stored one, as old as the
-// key's first execution. A record without a version (a 410 or 404 says
-// only that the server no longer holds it live) is taken as newer than
-// anything known when the answer is fresh: the server holds nothing live
-// now.
-func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, server ServerState, replayed bool) error {
+// The answer may be a replay, as old as the key's first execution, and a
+// pull may land between the server's answer and this: the entity keeps
+// the newer of the two, by version, and an answer without a version (a
+// 410 or 404 says only that the server no longer holds the record live)
+// never replaces what a pull kept.
+func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, server ServerState) error {
 	return s.update(ctx, func(tx *txw) error {
 		op, err := tx.failOwned(id, owner, code, message, true, false)
 		if err != nil {
@@ -483,10 +483,15 @@ func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, s
 		if srv.Version <= e.ServerVersion && (srv.ID == "" || srv.ID == e.ServerID) {
 			// An answer without the record's version (a 410, a 404, a
 			// 409 whose record has none): the server is past the version
-			// the change was made on; a fresh deletion is past a live
-			// version a pull kept beside too (gone).
-			if srv.Deleted && !replayed {
-				srv = e.gone(e.ServerID)
+			// the change was made on, but by how much is not known. What
+			// a pull kept beside the entity stays (the feed orders the
+			// record's versions; an answer, fresh or replayed, cannot be
+			// placed among them); without it, the lowest version the
+			// answer can stand for. Never more: a version the server did
+			// not make could hide the next one it makes (the record made
+			// again after a deletion), which the feed would then skip.
+			if e.Server != nil && cmp.Or(e.Server.ID, e.ServerID) == e.ServerID {
+				srv = *e.Server
 			} else {
 				srv.Version = e.ServerVersion + 1
 			}

@@ -210,7 +210,7 @@ func TestConflictAndResolve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "the server holds version 2", server, false); err != nil {
+		if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "the server holds version 2", server); err != nil {
 			t.Fatal(err)
 		}
 		e, _ := entity(t, s, id)

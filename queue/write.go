@@ -230,6 +230,7 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		e.Deleted = true
 	}
 	serverDeleted := e.Server != nil && e.Server.Deleted
+	deletedConflict := e.SyncState == SyncConflict && serverDeleted
 	if e.SyncState == SyncConflict && e.Server != nil {
 		// The app's write on an entity in conflict is its resolution: a
 		// change made on the server's current version.
@@ -259,6 +260,29 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	}
 	if w.Op == OpDelete && head != nil && head.State == StatePermanentFailed && head.Declined {
 		return tx.deleteOverDeclined(e, op, head)
+	}
+	if w.Op == OpUpdate && deletedConflict && head != nil && head.State == StatePermanentFailed && head.Declined {
+		// The app edits an entity the server deleted (a conflict,
+		// deleted_on_server): keeping its data is bringing the record
+		// back, as resolve take local does. What is queued of it never
+		// reached the server and goes unsent, and the write is a create
+		// (an update would only meet the deletion again, and its base,
+		// the deletion's version, is no version the record was live at).
+		ops, err := tx.partitionOps(w.AccountID, w.EntityType, w.EntityID)
+		if err != nil {
+			return Result{}, err
+		}
+		if err := tx.takePlace(ops, op); err != nil {
+			return Result{}, err
+		}
+		for _, o := range ops {
+			if err := tx.purgeOp(o); err != nil {
+				return Result{}, err
+			}
+		}
+		op.Type = OpCreate
+		op.PayloadFingerprint = payloadFingerprint(op)
+		head = nil
 	}
 	if w.Op == OpCreate && head != nil && head.State == StatePermanentFailed && head.Declined && head.Type == OpDelete {
 		// The app makes again an entity whose delete the server refused

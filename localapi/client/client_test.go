@@ -410,7 +410,7 @@ func TestClientResolve(t *testing.T) {
 		if op, err = e.Store.Claim(ctx, "alice", "w", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.Store.Conflict(ctx, op.ID, "w", queue.CodeVersionConflict, "newer on the server", queue.ServerState{Version: 2, Data: json.RawMessage(`{"v":"theirs"}`)}, false); err != nil {
+		if err := e.Store.Conflict(ctx, op.ID, "w", queue.CodeVersionConflict, "newer on the server", queue.ServerState{Version: 2, Data: json.RawMessage(`{"v":"theirs"}`)}); err != nil {
 			t.Fatal(err)
 		}
 	}

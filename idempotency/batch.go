@@ -93,8 +93,11 @@ func BatchHandler(cfg BatchConfig) http.Handler {
 		var req struct {
 			Operations []BatchOperation `json:"operations"`
 		}
-		if msg := ambiguousJSON(body); msg != "" {
-			cfg.WriteError(w, r, http.StatusBadRequest, CodeBadRequest, msg)
+		// An item's body sits three levels down ({"operations":[{"body":
+		// ...}]}): the batch allows that much more than one request, and
+		// the gate checks each item against its own limit.
+		if code, msg := ambiguousJSON(body, DefaultMaxJSONDepth+3); code != "" {
+			cfg.WriteError(w, r, http.StatusBadRequest, code, msg)
 			return
 		}
 		if err := json.Unmarshal(body, &req); err != nil || len(req.Operations) == 0 {

@@ -46,6 +46,13 @@ const (
 	CodeUnauthorized = "unauthorized"            // 401: Config.Actor failed
 	CodeInternal     = "internal"                // 500: the store failed
 	CodeBadRequest   = "bad_request"             // 400: the body could not be read, or is ambiguous JSON (invalid UTF-8, lone surrogate, repeated name)
+	// 400: the JSON body is nested deeper than Config.MaxJSONDepth.
+	CodeJSONTooDeep = "json_too_deep"
+	// 503: the store's commit failed (the connection was lost during
+	// COMMIT, say): the request may or may not have taken effect. A
+	// retry with the same Idempotency-Key replays the answer if it did
+	// and runs the request if it did not.
+	CodeOutcomeUnknown = "outcome_unknown"
 	// 500: the handler's answer is over Config.MaxResponseBytes; it was
 	// rolled back, so nothing was done.
 	CodeResponseTooLarge = "response_too_large"

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -36,6 +36,9 @@ const (
 	// room for an answer that echoes a request of DefaultMaxBodyBytes
 	// even if re-encoding doubles it (U+2028 written as \u2028).
 	DefaultMaxResponseBytes = 4 << 20
+	// DefaultMaxJSONDepth is the deepest nesting of a JSON body the
+	// gate accepts: the repository's JSON depth limit.
+	DefaultMaxJSONDepth = jsonstrict.DefaultMaxDepth
 	// MaxKeyLength is the longest Idempotency-Key accepted, in bytes.
 	MaxKeyLength = 255
 )
@@ -69,11 +72,12 @@ const (
 	OutcomeFailed                      // the store failed: 500, nothing stored
 	OutcomeUnauthorized                // 401: Config.Actor found no actor
 	OutcomeTooLarge                    // 413: the body is over Config.MaxBodyBytes
-	OutcomeBadRequest                  // 400: the body could not be read or is ambiguous JSON
+	OutcomeBadRequest                  // 400: the body could not be read, is ambiguous JSON or nested too deep
+	OutcomeUnknown                     // 503: completing or committing failed after the handler ran; it may have taken effect
 )
 
 var outcomeNames = [...]string{"executed", "replayed", "key_reused", "in_flight", "key_missing", "rolled_back", "failed",
-	"unauthorized", "too_large", "bad_request"}
+	"unauthorized", "too_large", "bad_request", "unknown"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -151,11 +155,23 @@ type Config struct {
 	// WriteError writes an error answer. Default: WriteError, which writes
 	// {"error":{"code":...,"message":...}}.
 	WriteError func(w http.ResponseWriter, r *http.Request, status int, code, message string)
+	// Rand returns a uniform value in [0, n), like (*rand.Rand).Int64N;
+	// it draws the jitter of the Retry-After of 409 in-flight answers.
+	// Default: math/rand/v2's Int64N. Tests pass a fixed one.
+	Rand func(n int64) int64
+	// MaxJSONDepth bounds the nesting of a JSON request body
+	// (DefaultMaxJSONDepth); a deeper body answers 400 json_too_deep
+	// before anything runs.
+	MaxJSONDepth int
 	// TestHookAfterReserve, if set, runs after a new reservation and
 	// before the handler; its context carries the transaction
 	// (TxFromContext). Tests use it to crash, stall or break a request
 	// exactly there.
 	TestHookAfterReserve func(ctx context.Context)
+	// TestHookBeforeCommit, if set, runs after the handler's answer is
+	// complete and before the commit, with the transaction in its
+	// context. Tests use it to cut the store's connection at the commit.
+	TestHookBeforeCommit func(ctx context.Context)
 }
 
 // Gate is the idempotency middleware. Requests with a safe method (GET,
@@ -212,6 +228,12 @@ func New(cfg Config) (*Gate, error) {
 	}
 	if cfg.Route == nil {
 		cfg.Route = DefaultRoute
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Int64N
+	}
+	if cfg.MaxJSONDepth <= 0 {
+		cfg.MaxJSONDepth = DefaultMaxJSONDepth
 	}
 	g := &Gate{cfg: cfg, replayed: make(map[string]bool), inflight: inflightFor(cfg.Store)}
 	for _, h := range cfg.ReplayedHeaders {
@@ -336,9 +358,9 @@ func (g *Gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 			fmt.Sprintf("the request body is larger than %d bytes", g.cfg.MaxBodyBytes))
 		return
 	}
-	if msg := ambiguousJSON(body); msg != "" {
+	if code, msg := ambiguousJSON(body, g.cfg.MaxJSONDepth); code != "" {
 		outcome(OutcomeBadRequest)
-		g.cfg.WriteError(w, r, http.StatusBadRequest, CodeBadRequest, msg)
+		g.cfg.WriteError(w, r, http.StatusBadRequest, code, msg)
 		return
 	}
 	fp := Fingerprint(r.Method, g.cfg.Route(r), body, g.cfg.ExcludedFields)
@@ -373,6 +395,11 @@ func (g *Gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 		writeAnswer(w, ans, false)
 	case rolledBack != nil:
 		writeAnswer(w, rolledBack, false)
+	case o == OutcomeUnknown:
+		g.setRetryAfter(w)
+		g.cfg.WriteError(w, r, http.StatusServiceUnavailable, CodeOutcomeUnknown,
+			"the idempotency store failed while committing; whether the request took effect is unknown: "+
+				"retry with the same Idempotency-Key, which replays the answer if it did and runs the request if it did not")
 	case errors.Is(err, errResponseTooLarge):
 		g.cfg.WriteError(w, r, http.StatusInternalServerError, CodeResponseTooLarge,
 			fmt.Sprintf("the answer is larger than the %d bytes the server stores for replay; nothing was done", g.cfg.MaxResponseBytes))
@@ -399,12 +426,20 @@ var errNotStored = errors.New("idempotency: answer not stored")
 func (g *Gate) execute(ctx context.Context, actor, key, op, fp string, exec func(ctx context.Context) (*answer, error)) (Outcome, *answer, error) {
 	log := &lazyLogger{base: g.cfg.Logger, op: op, key: key}
 
+	// A finished key is answered from one read of the committed record,
+	// without the in-flight slot, a store transaction or a lock: however
+	// many resends arrive together, on however many replicas, each gets
+	// the stored answer.
+	if o, ans, ok := g.lookup(ctx, log, actor, key, fp); ok {
+		return o, ans, nil
+	}
+
 	// Requests with the same (actor, key) in this process meet here, so
 	// a duplicate never holds a store connection or the bbolt writer
 	// lock while the first runs.
 	release, ok := g.inflight.acquire(ctx, actor+"\x00"+key, g.cfg.InFlightWait)
 	if !ok {
-		return OutcomeInFlight, nil, nil
+		return g.inFlight(ctx, log, actor, key, fp)
 	}
 	defer release()
 
@@ -433,7 +468,8 @@ func (g *Gate) execute(ctx context.Context, actor, key, op, fp string, exec func
 	existing, err := tx.Reserve(ctx, rec, now)
 	switch {
 	case errors.Is(err, ErrInFlight):
-		return OutcomeInFlight, nil, nil
+		_ = tx.Rollback(ctx)
+		return g.inFlight(ctx, log, actor, key, fp)
 	case err != nil:
 		log.WarnContext(ctx, "idempotency: reserve failed", slog.Any("err", err))
 		return OutcomeFailed, nil, err
@@ -472,15 +508,69 @@ func (g *Gate) execute(ctx context.Context, actor, key, op, fp string, exec func
 	rec.ResponseBody = ans.body
 	rec.CompletedAt = g.cfg.Now()
 	rec.ExpiresAt = now.Add(g.cfg.Retention)
+	if g.cfg.TestHookBeforeCommit != nil {
+		g.cfg.TestHookBeforeCommit(txCtx)
+	}
+	// From here a failure leaves the outcome unknown to the gate: a store
+	// may send the completion with the COMMIT, and a connection lost
+	// during COMMIT does not say whether it happened.
 	if err := tx.Complete(ctx, rec); err != nil {
-		g.warnEnd(ctx, log, "complete", err)
-		return OutcomeFailed, nil, err
+		return g.endFailed(ctx, log, "complete", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		g.warnEnd(ctx, log, "commit", err)
-		return OutcomeFailed, nil, err
+		return g.endFailed(ctx, log, "commit", err)
 	}
 	return OutcomeExecuted, ans, nil
+}
+
+// errOutcomeUnknown is what an execution returns when completing or
+// committing failed after the handler ran.
+var errOutcomeUnknown = errors.New("idempotency: the commit failed; the outcome is unknown")
+
+// lookup answers (actor, key) from its committed record, if that settles
+// it: the stored answer of a completed record with the same fingerprint,
+// or OutcomeKeyReused for another fingerprint. ok is false when the key
+// must be reserved (no live record, or one still processing), or when
+// the read failed (the reservation then reads again, under its lock).
+func (g *Gate) lookup(ctx context.Context, log *lazyLogger, actor, key, fp string) (Outcome, *answer, bool) {
+	rec, err := g.cfg.Store.Get(ctx, actor, key)
+	if err != nil {
+		log.WarnContext(ctx, "idempotency: reading the record failed", slog.Any("err", err))
+		return 0, nil, false
+	}
+	if rec == nil || rec.Expired(g.cfg.Now()) {
+		return 0, nil, false
+	}
+	switch {
+	case rec.Fingerprint != fp:
+		log.InfoContext(ctx, "idempotency: key reused with another request")
+		return OutcomeKeyReused, nil, true
+	case rec.Status == StatusCompleted:
+		log.DebugContext(ctx, "idempotency: replay")
+		return OutcomeReplayed, &answer{rec.ResponseStatus, rec.ResponseHeader, rec.ResponseBody}, true
+	}
+	return 0, nil, false
+}
+
+// inFlight is the answer when another execution holds the key: it reads
+// the record once more, since that execution may have committed since
+// the first read, and answers OutcomeInFlight only if it has not.
+func (g *Gate) inFlight(ctx context.Context, log *lazyLogger, actor, key, fp string) (Outcome, *answer, error) {
+	if o, ans, ok := g.lookup(ctx, log, actor, key, fp); ok {
+		return o, ans, nil
+	}
+	return OutcomeInFlight, nil, nil
+}
+
+// endFailed reports a failure to complete or commit after the handler
+// ran. A transaction the handler ended is OutcomeFailed; any other
+// failure is OutcomeUnknown.
+func (g *Gate) endFailed(ctx context.Context, log *lazyLogger, step string, err error) (Outcome, *answer, error) {
+	g.warnEnd(ctx, log, step, err)
+	if errors.Is(err, ErrTxEnded) {
+		return OutcomeFailed, nil, err
+	}
+	return OutcomeUnknown, nil, fmt.Errorf("%w: %w", errOutcomeUnknown, err)
 }
 
 func (g *Gate) warnEnd(ctx context.Context, log *lazyLogger, step string, err error) {
@@ -508,28 +598,41 @@ func Storable(status int) bool {
 	return status < 500
 }
 
-// ambiguousJSON returns why body, if it is JSON at all, cannot be
-// fingerprinted faithfully: invalid UTF-8, lone surrogates and repeated
-// member names each let two different requests look the same (or one
-// request mean two things to two parsers). A body that is not JSON is
+// ambiguousJSON returns the error code and message for a body that, if
+// it is JSON at all, cannot be fingerprinted faithfully: invalid UTF-8,
+// lone surrogates and repeated member names each let two different
+// requests look the same (or one request mean two things to two
+// parsers), and nesting deeper than maxDepth would cost the
+// fingerprint's walk (and the handler's decoder) unbounded time and
+// stack. The check itself stops at maxDepth. A body that is not JSON is
 // fingerprinted by its bytes and is not refused here.
-func ambiguousJSON(body []byte) string {
-	err := jsonstrict.Check(body, math.MaxInt)
+func ambiguousJSON(body []byte, maxDepth int) (code, msg string) {
+	err := jsonstrict.Check(body, maxDepth)
 	var je *jsonstrict.Error
 	if !errors.As(err, &je) {
-		return ""
+		return "", ""
 	}
 	switch je.Kind {
 	case jsonstrict.InvalidUTF8, jsonstrict.LoneSurrogate, jsonstrict.DuplicateName:
-		return "the request body is ambiguous JSON: " + je.Error()
+		return CodeBadRequest, "the request body is ambiguous JSON: " + je.Error()
+	case jsonstrict.TooDeep:
+		return CodeJSONTooDeep, "the request body is JSON " + je.Error()
 	}
-	return ""
+	return "", ""
 }
 
 func (g *Gate) writeInFlight(w http.ResponseWriter, r *http.Request) {
-	secs := int((g.cfg.RetryAfter + time.Second - 1) / time.Second)
-	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	g.setRetryAfter(w)
 	g.cfg.WriteError(w, r, http.StatusConflict, CodeInFlight, "a request with this Idempotency-Key is still being processed")
+}
+
+// setRetryAfter sets Retry-After to Config.RetryAfter plus a jitter of
+// up to as much again, in whole seconds rounded up, so that duplicates
+// told to come back do not all come back together.
+func (g *Gate) setRetryAfter(w http.ResponseWriter) {
+	d := g.cfg.RetryAfter + time.Duration(g.cfg.Rand(int64(g.cfg.RetryAfter)+1))
+	secs := int((d + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
 }
 
 // storedHeader is the part of the handler's header kept for replays:

@@ -54,6 +54,12 @@ func (r *Record) Expired(now time.Time) bool { return !now.Before(r.ExpiresAt) }
 type Store interface {
 	// Begin starts the transaction for one gated request.
 	Begin(ctx context.Context) (Tx, error)
+	// Get returns the committed record for (actor, key), or nil, with
+	// one read and no lock (it must not wait for a transaction that
+	// holds the key). The gate answers a completed key from it before it
+	// reserves, so resends of a finished request never queue behind each
+	// other.
+	Get(ctx context.Context, actor, key string) (*Record, error)
 	// Sweep deletes the records that expired at or before now and returns
 	// how many it deleted.
 	Sweep(ctx context.Context, now time.Time) (int, error)

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,6 +51,12 @@ type Harness struct {
 	// state shared in memory). Stores that only one process can open
 	// (bbolt) leave it nil: their replicas are gates on the same Store.
 	Replica func(t *testing.T) idempotency.Store
+	// Kill, if set, cuts the connection of the gated request's
+	// transaction in ctx from outside (pg_terminate_backend from another
+	// connection), as a lost network or a database restart would, and
+	// returns once it is cut. Stores without a connection (bbolt) leave
+	// it nil.
+	Kill func(ctx context.Context) error
 }
 
 // Run runs the suite. newHarness is called once per subtest and must
@@ -85,6 +92,9 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"OnlyResultHeadersAreReplayed", testReplayedHeaders},
 		{"DoRunsOnce", testDo},
 		{"SweepWalksManyBatches", testSweepBatches},
+		{"CompletedKeyReplaysToConcurrentResends", testCompletedConcurrentResends},
+		{"DeepJSONIsRefused", testDeepJSON},
+		{"LostConnectionAtCommitAsksForARetry", testLostAtCommit},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -463,6 +473,8 @@ func testInFlight(t *testing.T, e *env) {
 	cfg := e.cfg
 	cfg.InFlightWait = -1
 	cfg.RetryAfter = 2500 * time.Millisecond
+	// The hint is jittered up to twice RetryAfter: the largest draw.
+	cfg.Rand = func(n int64) int64 { return n - 1 }
 	srv := httptest.NewServer(e.gate(t, cfg))
 	defer srv.Close()
 
@@ -480,7 +492,7 @@ func testInFlight(t *testing.T, e *env) {
 	dup := e.send(t, srv.URL+"/things", "alice", key, body)
 	close(release)
 	first := <-firstDone
-	if dup.status != http.StatusConflict || errorCode(t, dup.body) != idempotency.CodeInFlight || dup.header.Get("Retry-After") != "3" {
+	if dup.status != http.StatusConflict || errorCode(t, dup.body) != idempotency.CodeInFlight || dup.header.Get("Retry-After") != "5" {
 		t.Fatalf("duplicate in flight: %d Retry-After=%q %s", dup.status, dup.header.Get("Retry-After"), dup.body)
 	}
 	if first.status != http.StatusCreated {
@@ -715,4 +727,112 @@ func (g goTB) Fatal(args ...any) { g.t.Error(args...); runtime.Goexit() }
 func (g goTB) Fatalf(format string, args ...any) {
 	g.t.Errorf(format, args...)
 	runtime.Goexit()
+}
+
+// testCompletedConcurrentResends: after a request completed, many
+// identical resends at once with the default configuration (no in-flight
+// wait), to one gate and spread over two replicas, all get the stored
+// answer replayed: a completed key never answers 409.
+func testCompletedConcurrentResends(t *testing.T, e *env) {
+	cfg := e.cfg
+	cfg.InFlightWait = 0
+	one := httptest.NewServer(e.gate(t, cfg))
+	defer one.Close()
+	if e.h.Replica != nil {
+		cfg.Store = e.h.Replica(t)
+	}
+	two := httptest.NewServer(e.gate(t, cfg))
+	defer two.Close()
+
+	const n = 20
+	for _, urls := range [][]string{{one.URL}, {one.URL, two.URL}} {
+		for round := range 3 {
+			key, tag := newID(), newID()
+			body := `{"tag":"` + tag + `"}`
+			first := e.send(t, one.URL+"/things", "alice", key, body)
+			if first.status != http.StatusCreated || first.replayed {
+				t.Fatalf("first: %d replayed=%v %s", first.status, first.replayed, first.body)
+			}
+			resps := make([]response, n)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range n {
+				wg.Go(func() {
+					<-start
+					resps[i] = e.send(goTB{t}, urls[i%len(urls)]+"/things", "alice", key, body)
+				})
+			}
+			close(start)
+			wg.Wait()
+			for i, r := range resps {
+				if r.status != http.StatusCreated || !r.replayed || r.body != first.body {
+					t.Fatalf("%d gate(s), round %d: resend %d is %d replayed=%v %s, want the replay of %s",
+						len(urls), round, i, r.status, r.replayed, r.body, first.body)
+				}
+			}
+			if got := e.effects(t, tag); got != 1 {
+				t.Fatalf("effects = %d, want 1", got)
+			}
+		}
+	}
+}
+
+// testDeepJSON: a JSON body nested deeper than the limit is refused with
+// 400 json_too_deep before anything runs; one at the limit runs.
+func testDeepJSON(t *testing.T, e *env) {
+	tag := newID()
+	nested := func(depth int) string { // the object is the first level
+		return `{"tag":"` + tag + `","d":` + strings.Repeat("[", depth-1) + strings.Repeat("]", depth-1) + `}`
+	}
+	if r := e.post(t, "alice", newID(), nested(idempotency.DefaultMaxJSONDepth)); r.status != http.StatusCreated {
+		t.Fatalf("depth %d: %d %s", idempotency.DefaultMaxJSONDepth, r.status, r.body)
+	}
+	for _, depth := range []int{idempotency.DefaultMaxJSONDepth + 1, 300_000} {
+		r := e.post(t, "alice", newID(), nested(depth))
+		if r.status != http.StatusBadRequest || errorCode(t, r.body) != idempotency.CodeJSONTooDeep {
+			t.Fatalf("depth %d: %d %.200s, want 400 %s", depth, r.status, r.body, idempotency.CodeJSONTooDeep)
+		}
+	}
+	if n := e.effects(t, tag); n != 1 {
+		t.Fatalf("effects = %d, want 1 (the body at the limit only)", n)
+	}
+}
+
+// testLostAtCommit: the store's connection is cut just before the
+// commit. The gate cannot know whether the commit happened, says so, and
+// answers with a status clients retry (503 outcome_unknown, with
+// Retry-After); the retry with the same key runs or replays, and the
+// effect happens once.
+func testLostAtCommit(t *testing.T, e *env) {
+	if e.h.Kill == nil {
+		t.Skip("the store has no connection to lose")
+	}
+	cfg := e.cfg
+	var killed atomic.Bool
+	cfg.TestHookBeforeCommit = func(ctx context.Context) {
+		if killed.CompareAndSwap(false, true) {
+			if err := e.h.Kill(ctx); err != nil {
+				t.Errorf("Kill: %v", err)
+			}
+		}
+	}
+	srv := httptest.NewServer(e.gate(t, cfg))
+	defer srv.Close()
+
+	key, tag := newID(), newID()
+	body := `{"tag":"` + tag + `"}`
+	r := e.send(t, srv.URL+"/things", "alice", key, body)
+	if r.status != http.StatusServiceUnavailable || errorCode(t, r.body) != idempotency.CodeOutcomeUnknown || r.header.Get("Retry-After") == "" {
+		t.Fatalf("commit on a lost connection: %d Retry-After=%q %s, want 503 %s", r.status, r.header.Get("Retry-After"), r.body, idempotency.CodeOutcomeUnknown)
+	}
+	if !strings.Contains(r.body, "same Idempotency-Key") {
+		t.Fatalf("the message does not tell the client to retry with the same key: %s", r.body)
+	}
+	again := e.send(t, srv.URL+"/things", "alice", key, body)
+	if again.status != http.StatusCreated {
+		t.Fatalf("retry: %d %s", again.status, again.body)
+	}
+	if n := e.effects(t, tag); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
 }

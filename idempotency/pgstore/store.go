@@ -226,7 +226,8 @@ func TxFromContext(ctx context.Context) (tx pgx.Tx, ok bool) {
 }
 
 // Reserve implements idempotency.Tx, pipelined with BEGIN. When another
-// transaction holds the key it returns idempotency.ErrInFlight at once.
+// transaction holds the key's lock it returns the completed record if
+// there is one, else idempotency.ErrInFlight, at once.
 // On a conflict with a committed record it reads it (READ COMMITTED: a
 // new statement sees what the other transaction committed); an expired
 // record is deleted and the insert tried again, in the same transaction.
@@ -262,7 +263,10 @@ func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time
 	}
 	for range 3 {
 		if !got {
-			return nil, idempotency.ErrInFlight
+			// The lock is taken: by a request in flight, or by one that
+			// is only finding the key completed. One read tells them
+			// apart; a completed key never answers 409.
+			return t.busy(ctx, rec, now)
 		}
 		if inserted == 1 {
 			t.actor, t.key, t.reserved = rec.Actor, rec.Key, true
@@ -285,6 +289,20 @@ func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time
 		}
 	}
 	return nil, fmt.Errorf("pgstore: reserve: record keeps changing under the reservation")
+}
+
+// busy is Reserve's answer when the key's advisory lock is taken: the
+// committed record if it is completed and live, else
+// idempotency.ErrInFlight.
+func (t *Tx) busy(ctx context.Context, rec *idempotency.Record, now time.Time) (*idempotency.Record, error) {
+	old, err := getRecord(ctx, t.conn, rec.Actor, rec.Key)
+	if err != nil {
+		return nil, classify("reserve", err)
+	}
+	if old != nil && !old.Expired(now) && old.Status == idempotency.StatusCompleted {
+		return old, nil
+	}
+	return nil, idempotency.ErrInFlight
 }
 
 // Complete implements idempotency.Tx. The UPDATE to completed is sent

@@ -253,7 +253,8 @@ func TxFromContext(ctx context.Context) (tx DBTX, ok bool) {
 }
 
 // Reserve implements idempotency.Tx. When another transaction holds the
-// key it returns idempotency.ErrInFlight at once.
+// key's lock it returns the completed record if there is one, else
+// idempotency.ErrInFlight, at once.
 func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time) (*idempotency.Record, error) {
 	if t.done {
 		return nil, idempotency.ErrTxDone
@@ -271,6 +272,16 @@ func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time
 			return nil, classify("reserve", err)
 		}
 		if !got {
+			// The lock is taken: by a request in flight, or by one that
+			// is only finding the key completed. One read tells them
+			// apart; a completed key never answers 409.
+			old, err := getRecord(ctx, t.tx, rec.Actor, rec.Key)
+			if err != nil {
+				return nil, err
+			}
+			if old != nil && !old.Expired(now) && old.Status == idempotency.StatusCompleted {
+				return old, nil
+			}
 			return nil, idempotency.ErrInFlight
 		}
 		if inserted == 1 {

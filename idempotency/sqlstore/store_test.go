@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +55,19 @@ func TestConformance(t *testing.T) {
 				var n int
 				err := db.QueryRowContext(ctx, `SELECT count(*) FROM test_effects WHERE tag = $1`, tag).Scan(&n)
 				return n, err
+			},
+			Kill: func(ctx context.Context) error {
+				tx, ok := sqlstore.TxFromContext(ctx)
+				if !ok {
+					return errors.New("no sql tx in context")
+				}
+				var pid int
+				if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+					return err
+				}
+				// The timeout makes it wait until the backend is gone.
+				_, err := db.ExecContext(ctx, "SELECT pg_terminate_backend($1, 10000)", pid)
+				return err
 			},
 			Record: s.Get,
 			EndTx: func(ctx context.Context) error {
@@ -107,5 +122,45 @@ func TestHandlerGetsNoCommit(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReserveCompletedKeyWhileTheLockIsBusy: a reservation that finds the
+// key's advisory lock taken, here by another transaction that is itself
+// only finding the key completed, returns the completed record instead
+// of idempotency.ErrInFlight: a finished key never answers 409.
+func TestReserveCompletedKeyWhileTheLockIsBusy(t *testing.T) {
+	t.Parallel()
+	_, s := open(t, idempotencytest.PostgresDSN(t), sqlstore.Config{})
+	ctx := context.Background()
+	now := time.Now()
+	rec := &idempotency.Record{Actor: "alice", Key: "k", Operation: "op", Fingerprint: strings.Repeat("0", 64),
+		Status: idempotency.StatusProcessing, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old, err := tx.Reserve(ctx, rec, now); err != nil || old != nil {
+		t.Fatalf("Reserve: %+v, %v", old, err)
+	}
+	done := *rec
+	done.Status, done.ResponseStatus, done.CompletedAt = idempotency.StatusCompleted, http.StatusCreated, now
+	if err := tx.Complete(ctx, &done); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	for i := range 2 { // the second holds the lock while the first looks
+		tx, err := s.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		old, err := tx.Reserve(ctx, rec, now)
+		if err != nil || old == nil || old.Status != idempotency.StatusCompleted || old.ResponseStatus != http.StatusCreated {
+			t.Fatalf("Reserve %d of a completed key: %+v, %v; want the completed record", i+1, old, err)
+		}
 	}
 }

@@ -337,15 +337,42 @@ func (w *txw) takePlace(olds []*Operation, new *Operation) error {
 	return w.moveWaiters(olds[0], new)
 }
 
-// moveWaiters makes what waits for old wait for new.
-func (w *txw) moveWaiters(old, new *Operation) error {
-	prefix := append([]byte(old.ID), 0)
+// supersede drops the unfinished operations of new's partition, none of
+// which reached the server (they queue behind a head the server
+// refused), for new, which takes the head's place in its ordered group
+// (takePlace). Call it before new is inserted.
+func (w *txw) supersede(new *Operation) error {
+	ops, err := w.partitionOps(new.AccountID, new.EntityType, new.EntityID)
+	if err != nil {
+		return err
+	}
+	if err := w.takePlace(ops, new); err != nil {
+		return err
+	}
+	for _, o := range ops {
+		if err := w.purgeOp(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waiterKeys returns the keys of the waits index of what waits for the
+// operation id.
+func (w *txw) waiterKeys(id string) [][]byte {
+	prefix := append([]byte(id), 0)
 	var keys [][]byte
 	c := w.b(bucketWaits).Cursor()
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 		keys = append(keys, bytes.Clone(k))
 	}
-	for _, k := range keys {
+	return keys
+}
+
+// moveWaiters makes what waits for old wait for new.
+func (w *txw) moveWaiters(old, new *Operation) error {
+	prefix := append([]byte(old.ID), 0)
+	for _, k := range w.waiterKeys(old.ID) {
 		if err := w.del(w.b(bucketWaits), k); err != nil {
 			return err
 		}
@@ -390,12 +417,7 @@ func (w *txw) releaseWaiters(op *Operation) error {
 		after = "" // not held (above): nothing earlier waits
 	}
 	prefix := append([]byte(op.ID), 0)
-	var keys [][]byte
-	c := w.b(bucketWaits).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		keys = append(keys, bytes.Clone(k))
-	}
-	for _, k := range keys {
+	for _, k := range w.waiterKeys(op.ID) {
 		if err := w.del(w.b(bucketWaits), k); err != nil {
 			return err
 		}

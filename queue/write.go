@@ -268,17 +268,8 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		// reached the server and goes unsent, and the write is a create
 		// (an update would only meet the deletion again, and its base,
 		// the deletion's version, is no version the record was live at).
-		ops, err := tx.partitionOps(w.AccountID, w.EntityType, w.EntityID)
-		if err != nil {
+		if err := tx.supersede(op); err != nil {
 			return Result{}, err
-		}
-		if err := tx.takePlace(ops, op); err != nil {
-			return Result{}, err
-		}
-		for _, o := range ops {
-			if err := tx.purgeOp(o); err != nil {
-				return Result{}, err
-			}
 		}
 		op.Type = OpCreate
 		op.PayloadFingerprint = payloadFingerprint(op)
@@ -293,17 +284,8 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		// holds the record live, the create is an update of it, made on
 		// its current version (taken above); a record it deleted is
 		// brought back by the create.
-		ops, err := tx.partitionOps(w.AccountID, w.EntityType, w.EntityID)
-		if err != nil {
+		if err := tx.supersede(op); err != nil {
 			return Result{}, err
-		}
-		if err := tx.takePlace(ops, op); err != nil {
-			return Result{}, err
-		}
-		for _, o := range ops {
-			if err := tx.purgeOp(o); err != nil {
-				return Result{}, err
-			}
 		}
 		if e.ServerID != "" && !serverDeleted {
 			op.Type = OpUpdate
@@ -367,19 +349,9 @@ func (tx *txw) apply(w *Write) (Result, error) {
 // e live, and the delete goes first; a server that holds no such record
 // answers it 404 or 410, which is done.
 func (tx *txw) deleteOverDeclined(e *Entity, del, head *Operation) (Result, error) {
-	ops, err := tx.partitionOps(e.AccountID, e.Type, e.ID)
-	if err != nil {
+	// The delete takes the head's place in its ordered group.
+	if err := tx.supersede(del); err != nil {
 		return Result{}, err
-	}
-	// The delete takes the place in their ordered groups of what it
-	// drops: what waited for those waits for it.
-	if err := tx.takePlace(ops, del); err != nil {
-		return Result{}, err
-	}
-	for _, o := range ops {
-		if err := tx.purgeOp(o); err != nil {
-			return Result{}, err
-		}
 	}
 	if head.Type != OpCreate || e.ServerID != "" {
 		if err := tx.saveEntity(e); err != nil {

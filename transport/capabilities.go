@@ -64,31 +64,11 @@ type BatchCapability struct {
 // records of a type named "capabilities" say, is ErrNoCapabilities.
 func (c *Client) Capabilities(ctx context.Context, token string) (Capabilities, error) {
 	var caps Capabilities
-	if err := ValidateToken(token); err != nil {
-		return caps, fmt.Errorf("%w: the token %v", ErrInvalidToken, err)
-	}
-	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout, ErrTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+CapabilitiesPath, nil)
+	status, body, truncated, err := c.getJSON(ctx, "capabilities", token, c.baseURL+CapabilitiesPath, c.timeout, maxCapabilitiesBody)
 	if err != nil {
-		return caps, fmt.Errorf("transport: capabilities: %w", err)
+		return caps, err
 	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", c.userAgent)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, ErrTimeout) {
-			err = ErrTimeout
-		}
-		return caps, fmt.Errorf("transport: capabilities: %w", err)
-	}
-	defer resp.Body.Close()
-	body, truncated, err := readBody(resp.Body, maxCapabilitiesBody)
-	if err != nil {
-		return caps, fmt.Errorf("transport: capabilities: reading the answer: %w", err)
-	}
-	switch s := resp.StatusCode; {
+	switch s := status; {
 	case s >= 200 && s < 300:
 	case s == http.StatusUnauthorized:
 		return caps, fmt.Errorf("transport: capabilities: %w", ErrUnauthorized)

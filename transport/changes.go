@@ -57,9 +57,6 @@ type (
 // failure is an error worth retrying later.
 func (c *Client) Changes(ctx context.Context, token, cursor string, limit int, wait time.Duration) (ChangesPage, error) {
 	var page ChangesPage
-	if err := ValidateToken(token); err != nil {
-		return page, fmt.Errorf("%w: the token %v", ErrInvalidToken, err)
-	}
 	limit = min(max(limit, 1), MaxChangesLimit)
 	wait = min(max(wait, 0), MaxChangesWait)
 	q := url.Values{}
@@ -70,38 +67,21 @@ func (c *Client) Changes(ctx context.Context, token, cursor string, limit int, w
 	if wait > 0 {
 		q.Set("wait", strconv.Itoa(int(wait/time.Second)))
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout+wait, ErrTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+ChangesPath+"?"+q.Encode(), nil)
+	status, body, truncated, err := c.getJSON(ctx, "changes", token, c.baseURL+ChangesPath+"?"+q.Encode(), c.timeout+wait, c.maxBody*4)
 	if err != nil {
-		return page, fmt.Errorf("transport: changes: %w", err)
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", c.userAgent)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, ErrTimeout) {
-			err = ErrTimeout
-		}
-		return page, fmt.Errorf("transport: changes: %w", err)
-	}
-	defer resp.Body.Close()
-	body, truncated, err := readBody(resp.Body, c.maxBody*4)
-	if err != nil {
-		return page, fmt.Errorf("transport: changes: reading the answer: %w", err)
+		return page, err
 	}
 	code, msg := errorBody(body)
 	switch {
-	case resp.StatusCode == http.StatusOK:
-	case resp.StatusCode == http.StatusNotFound && code != "cursor_expired":
+	case status == http.StatusOK:
+	case status == http.StatusNotFound && code != "cursor_expired":
 		return page, ErrNoFeed
-	case resp.StatusCode == http.StatusGone || code == "cursor_expired":
+	case status == http.StatusGone || code == "cursor_expired":
 		return page, ErrCursorExpired
-	case resp.StatusCode == http.StatusUnauthorized:
+	case status == http.StatusUnauthorized:
 		return page, ErrUnauthorized
 	default:
-		return page, fmt.Errorf("transport: changes: %d %s %s: %w", resp.StatusCode, code, msg, ErrStatus)
+		return page, fmt.Errorf("transport: changes: %d %s %s: %w", status, code, msg, ErrStatus)
 	}
 	if truncated {
 		return page, fmt.Errorf("transport: changes: a page over %d bytes: %w", c.maxBody*4, ErrResponseTooLarge)

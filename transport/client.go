@@ -204,6 +204,39 @@ func readBody(b io.Reader, max int64) (body []byte, truncated bool, err error) {
 	return body, truncated, nil
 }
 
+// getJSON is the GET of the remote's reads (the changes feed, one
+// record, the capabilities) for the account whose token is given: the
+// answer's status and body, read up to max bytes (truncated says there
+// was more), within timeout. what names the read in errors; a request
+// that got no answer in time is ErrTimeout.
+func (c *Client) getJSON(ctx context.Context, what, token, target string, timeout time.Duration, max int64) (status int, body []byte, truncated bool, err error) {
+	if err := ValidateToken(token); err != nil {
+		return 0, nil, false, fmt.Errorf("%w: the token %v", ErrInvalidToken, err)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("transport: %s: %w", what, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrTimeout) {
+			err = ErrTimeout
+		}
+		return 0, nil, false, fmt.Errorf("transport: %s: %w", what, err)
+	}
+	defer resp.Body.Close()
+	body, truncated, err = readBody(resp.Body, max)
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("transport: %s: reading the answer: %w", what, err)
+	}
+	return resp.StatusCode, body, truncated, nil
+}
+
 // failed classifies an error from sending or reading: always Retry.
 func (c *Client) failed(ctx context.Context, r Request, err error) Outcome {
 	o := Outcome{Decision: Retry, Code: CodeNetwork}

@@ -26,43 +26,23 @@ var ErrNoRecordRead = errors.New("transport: the remote cannot read one record")
 // it. A 401 is ErrUnauthorized, a 404 ErrNoRecordRead; any other
 // failure is an error worth retrying later.
 func (c *Client) Record(ctx context.Context, token, entityType, clientID string) (*Change, error) {
-	if err := ValidateToken(token); err != nil {
-		return nil, fmt.Errorf("%w: the token %v", ErrInvalidToken, err)
-	}
 	if entityType == "" || clientID == "" {
 		return nil, fmt.Errorf("transport: record: %w: no entity type or id", ErrInvalidRequest)
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout, ErrTimeout)
-	defer cancel()
 	target := c.baseURL + "/v1/" + url.PathEscape(entityType) + "?" + url.Values{"clientId": {clientID}}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	status, body, truncated, err := c.getJSON(ctx, "record", token, target, c.timeout, c.maxBody*4)
 	if err != nil {
-		return nil, fmt.Errorf("transport: record: %w", err)
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", c.userAgent)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, ErrTimeout) {
-			err = ErrTimeout
-		}
-		return nil, fmt.Errorf("transport: record: %w", err)
-	}
-	defer resp.Body.Close()
-	body, truncated, err := readBody(resp.Body, c.maxBody*4)
-	if err != nil {
-		return nil, fmt.Errorf("transport: record: reading the answer: %w", err)
+		return nil, err
 	}
 	code, msg := errorBody(body)
 	switch {
-	case resp.StatusCode == http.StatusOK:
-	case resp.StatusCode == http.StatusNotFound:
+	case status == http.StatusOK:
+	case status == http.StatusNotFound:
 		return nil, ErrNoRecordRead
-	case resp.StatusCode == http.StatusUnauthorized:
+	case status == http.StatusUnauthorized:
 		return nil, ErrUnauthorized
 	default:
-		return nil, fmt.Errorf("transport: record: %d %s %s: %w", resp.StatusCode, code, msg, ErrStatus)
+		return nil, fmt.Errorf("transport: record: %d %s %s: %w", status, code, msg, ErrStatus)
 	}
 	if truncated {
 		return nil, fmt.Errorf("transport: record: an answer over %d bytes: %w", c.maxBody*4, ErrResponseTooLarge)

@@ -103,8 +103,9 @@ type Settings struct {
 	// Pull says whether the server's changes are pulled into the local
 	// store: auto (when the remote has a changes feed), on or off.
 	Pull string `json:"pull"`
-	// Batch says whether ready operations are sent in batches: auto (when
-	// the remote has a batch route), on or off.
+	// Batch says whether ready operations are sent in batches: auto
+	// (where the remote advertises a batch route in GET
+	// /v1/capabilities), on or off.
 	Batch string `json:"batch"`
 	// LockTimeout is how long a start waits for another syncd to release
 	// the data directory before giving up.

@@ -19,7 +19,10 @@ import (
 //   - ErrInFlight when another run holds the key (try again later);
 //   - fn's error when fn failed: nothing committed, and the next Do with
 //     the key runs fn again;
-//   - a store error: nothing committed.
+//   - a store error before fn ran: nothing committed;
+//   - an error wrapping ErrOutcomeUnknown when completing or committing
+//     failed after fn ran: it may have committed; Do again with the same
+//     key returns the stored result or runs fn.
 //
 // fingerprint says what the request is, so a key sent again with
 // another request is refused: Fingerprint of the message works, or any

@@ -21,18 +21,27 @@
 //   - no Idempotency-Key: 400 idempotency_key_missing (a malformed one:
 //     400 idempotency_key_invalid);
 //   - a JSON body with invalid UTF-8, a lone surrogate or a repeated
-//     member name: 400 bad_request, before anything runs;
+//     member name: 400 bad_request, before anything runs; one nested
+//     deeper than Config.MaxJSONDepth (128): 400 json_too_deep;
 //   - a new (actor, key): the handler runs, and its answer is stored if it
 //     is final (below);
 //   - the same (actor, key) and the same fingerprint again: the stored
 //     status, result headers (Config.ReplayedHeaders) and body, with
-//     Idempotent-Replayed: true;
+//     Idempotent-Replayed: true, read from the committed record before
+//     any reservation (Store.Get), so resends of a finished request
+//     never answer 409, however many arrive together on however many
+//     replicas;
 //   - the same (actor, key) with another fingerprint: 422
 //     idempotency_key_reused, and the handler does not run;
 //   - the same (actor, key) while the first request is still running, in
 //     this process or on another replica: 409 idempotency_in_flight with
-//     Retry-After, at once (Config.InFlightWait lets a duplicate in the
-//     same process wait and replay instead).
+//     Retry-After (Config.RetryAfter plus up to as much again of
+//     jitter), at once (Config.InFlightWait lets a duplicate in the
+//     same process wait and replay instead);
+//   - a store failure while completing or committing, after the handler
+//     ran (a connection lost during COMMIT): 503 outcome_unknown with
+//     Retry-After, since the request may or may not have taken effect;
+//     a retry with the same key replays or runs it.
 //
 // Errors are {"error":{"code":"...","message":"..."}} (Config.WriteError
 // may write another shape). A handler's answer is final for its key, and

@@ -26,6 +26,11 @@ var (
 	// (by the handler). The gate answers 500; if the handler committed,
 	// the key stays held until Config.ProcessingLease ends.
 	ErrTxEnded = errors.New("idempotency: the transaction was ended outside the gate")
+	// ErrOutcomeUnknown is wrapped by the error of Do when completing or
+	// committing failed after the request ran (a connection lost during
+	// COMMIT): it may or may not have committed. The gate answers 503
+	// outcome_unknown; a retry with the same key replays or runs.
+	ErrOutcomeUnknown = errors.New("idempotency: completing or committing failed; the outcome is unknown")
 )
 
 // Errors of Do.

@@ -523,10 +523,6 @@ func (g *Gate) execute(ctx context.Context, actor, key, op, fp string, exec func
 	return OutcomeExecuted, ans, nil
 }
 
-// errOutcomeUnknown is what an execution returns when completing or
-// committing failed after the handler ran.
-var errOutcomeUnknown = errors.New("idempotency: the commit failed; the outcome is unknown")
-
 // lookup answers (actor, key) from its committed record, if that settles
 // it: the stored answer of a completed record with the same fingerprint,
 // or OutcomeKeyReused for another fingerprint. ok is false when the key
@@ -570,7 +566,7 @@ func (g *Gate) endFailed(ctx context.Context, log *lazyLogger, step string, err 
 	if errors.Is(err, ErrTxEnded) {
 		return OutcomeFailed, nil, err
 	}
-	return OutcomeUnknown, nil, fmt.Errorf("%w: %w", errOutcomeUnknown, err)
+	return OutcomeUnknown, nil, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 }
 
 func (g *Gate) warnEnd(ctx context.Context, log *lazyLogger, step string, err error) {

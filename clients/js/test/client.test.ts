@@ -34,6 +34,10 @@ describe("the client against a real daemon", () => {
     const u = await c.update("note", "n1", { done: true });
     assert.deepEqual(u.data, { title: "Buy milk", done: true });
     await until("synced", async () => (await c.get("note", "n1")).syncState === "synced");
+    const r = await c.refresh("note", "n1");
+    assert.equal(r.syncState, "synced");
+    assert.deepEqual(r.data, { title: "Buy milk", done: true });
+    await assert.rejects(c.refresh("note", "nowhere"), (err: unknown) => err instanceof SyncdError && err.code === "not_found");
     const page = await c.list("note", { limit: 10 });
     assert.equal(page.items.length, 1);
     const all = [];

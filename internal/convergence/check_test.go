@@ -203,11 +203,18 @@ func (r *run) listedInConflict(d *device, typ, id string) bool {
 	return false
 }
 
+// maxSettleRounds bounds settleAll. Under reject a round can bring new
+// conflicts: a take of the local data made on a version another device's
+// resolution has just passed, and the members of an ordered group, held
+// until then, each meeting a newer version when it finally goes, one
+// member a round. A soak's long groups took more than 8.
+const maxSettleRounds = 64
+
 // settleAll resolves every conflict and discards every failed operation
 // the devices show, taking server or local at random, until none is
 // left or rounds run out. It waits for quiet between rounds.
 func (r *run) settleAll() error {
-	for round := 1; round <= 8; round++ {
+	for round := 1; round <= maxSettleRounds; round++ {
 		acted := 0
 		for _, d := range r.c.devices {
 			failed, err := listOps(d, "permanent_failed")
@@ -256,7 +263,7 @@ func (r *run) settleAll() error {
 			return err
 		}
 	}
-	return fmt.Errorf("conflicts or failed operations still there after 8 rounds of resolving")
+	return fmt.Errorf("conflicts or failed operations still there after %d rounds of resolving", maxSettleRounds)
 }
 
 // difference is one way a device differs from the server.

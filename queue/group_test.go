@@ -253,3 +253,30 @@ func TestGroupCreateOverRefusedDeleteWithWritesBehind(t *testing.T) {
 		t.Fatalf("x %+v", e)
 	}
 }
+
+// An ordered batch's update of an entity in conflict does not renew the
+// refused head, so it is no resolution either: the entity stays in
+// conflict, resolvable, with the server's record beside it (the checker
+// met such entities failed with version_conflict, which resolve refused
+// as no_conflict).
+func TestGroupUpdateOfConflictedEntityKeepsTheConflict(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	create(t, s, "x", `{}`)
+	done(t, s, claimOnly(t, s, mustHead(t, s, "x")), "srv-x")
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "x", Data: json.RawMessage(`{"v":"mine"}`)})
+	op := claimOnly(t, s, mustHead(t, s, "x"))
+	if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "newer", ServerState{Version: 2, Data: json.RawMessage(`{"v":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	ordered(t, s, w(OpCreate, "p", `{}`), w(OpUpdate, "x", `{"v":"again"}`))
+	e, _ := entity(t, s, "x")
+	if e.SyncState != SyncConflict || e.Server == nil || e.Server.Version != 2 {
+		t.Fatalf("%+v server %+v", e, e.Server)
+	}
+	e, _, err := s.Resolve(ctx, "acct", "note", "x", TakeLocal, "")
+	if err != nil || e.ServerVersion != 2 || string(e.Data) != `{"v":"again"}` {
+		t.Fatalf("take local: %+v %v", e, err)
+	}
+}

@@ -230,8 +230,13 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		e.Deleted = true
 	}
 	serverDeleted := e.Server != nil && e.Server.Deleted
-	deletedConflict := e.SyncState == SyncConflict && serverDeleted
-	if e.SyncState == SyncConflict && e.Server != nil {
+	// A write of an ordered batch is no resolution of a conflict: it does
+	// not renew the refused head (that would carry its data ahead of the
+	// batch's earlier members), so the entity stays in conflict, the
+	// server's record beside it, for the app to resolve.
+	resolves := e.SyncState == SyncConflict && e.Server != nil && w.After == ""
+	deletedConflict := resolves && serverDeleted
+	if resolves {
 		// The app's write on an entity in conflict is its resolution: a
 		// change made on the server's current version.
 		if e.Server.ID != "" && e.Server.ID != e.ServerID {
@@ -313,6 +318,9 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	renew := w.Op == OpUpdate && head != nil && head.State == StatePermanentFailed && head.Declined && head.Type != OpDelete && w.After == ""
 	if head != nil && head.State == StatePermanentFailed && !renew {
 		e.SyncState, e.SyncError, e.SyncCode = SyncFailed, readableError(head), head.LastErrorCode
+		if head.Declined && IsConflictCode(head.LastErrorCode) && e.Server != nil {
+			e.SyncState = SyncConflict // still in conflict (an ordered write resolves none)
+		}
 	}
 
 	if err := tx.saveEntity(e); err != nil {

@@ -502,3 +502,41 @@ func TestDiscardOfRefusedCreateKeepsTheServersRecord(t *testing.T) {
 		t.Fatalf("%v %+v", ok, e)
 	}
 }
+
+// TestConflictOfDeleteWithTheEntityMadeAgainStaysResolvable: a delete
+// queued, the entity made again behind it, then the delete refused for a
+// conflict; an edit after that is no resolution (the refused delete is
+// not renewed), so the entity stays in conflict, and a pull that brings
+// a newer record keeps it so: resolve works (the checker met such
+// entities failed with version_conflict, which resolve refused).
+func TestConflictOfDeleteWithTheEntityMadeAgainStaysResolvable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	pulled(t, s, "x", "srv-x", 1, `{"v":1}`)
+	del := mustApply(t, s, Write{Op: OpDelete, EntityID: "x"}).Operation
+	create(t, s, "x", `{"v":"again"}`)
+	op := claim(t, s)
+	if op.ID != del.ID {
+		t.Fatalf("claimed %s", op.ID)
+	}
+	if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "edited elsewhere", ServerState{Version: 2, Data: json.RawMessage(`{"v":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "x", Data: json.RawMessage(`{"w":1}`)})
+	if e, _ := entity(t, s, "x"); e.SyncState != SyncConflict || e.Server == nil {
+		t.Fatalf("after the edit: %+v", e)
+	}
+	pulled(t, s, "x", "srv-x", 3, `{"v":3}`)
+	e, _ := entity(t, s, "x")
+	if e.SyncState != SyncConflict || e.Server == nil || e.Server.Version != 3 {
+		t.Fatalf("after the pull: %+v server %+v", e, e.Server)
+	}
+	e, _, err := s.Resolve(ctx, "acct", "note", "x", TakeLocal, "")
+	if err != nil || e.ServerVersion != 3 || string(e.Data) != `{"v":"again","w":1}` {
+		t.Fatalf("take local: %+v %v", e, err)
+	}
+	if next := claim(t, s); next.Type != OpUpdate {
+		t.Fatalf("the resolution is a %s", next.Type)
+	}
+}

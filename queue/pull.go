@@ -341,7 +341,9 @@ func (tx *txw) applyChange(account string, c *Change, fullPass, force bool, res 
 		}
 		e.setServer(srv)
 		res.Kept++
-		return tx.saveEntity(e)
+		// The record beside may make a refused head a conflict the app
+		// can resolve (reconcile says which).
+		return tx.reconcile(e, true)
 	}
 	res.Applied++
 	if c.Deleted {

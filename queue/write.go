@@ -234,7 +234,16 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	// not renew the refused head (that would carry its data ahead of the
 	// batch's earlier members), so the entity stays in conflict, the
 	// server's record beside it, for the app to resolve.
-	resolves := e.SyncState == SyncConflict && e.Server != nil && w.After == ""
+	//
+	// Nor is an update behind a refused delete (the entity made again
+	// behind it): the delete is not renewed, so the conflict stays for the
+	// app to resolve (take local sends the data made again).
+	head, err := tx.partitionHead(w.AccountID, w.EntityType, w.EntityID)
+	if err != nil {
+		return Result{}, err
+	}
+	resolves := e.SyncState == SyncConflict && e.Server != nil && w.After == "" &&
+		!(w.Op == OpUpdate && head != nil && head.Type == OpDelete)
 	deletedConflict := resolves && serverDeleted
 	if resolves {
 		// The app's write on an entity in conflict is its resolution: a
@@ -259,10 +268,6 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	op.App = w.App
 	op.After = w.After
 
-	head, err := tx.partitionHead(w.AccountID, w.EntityType, w.EntityID)
-	if err != nil {
-		return Result{}, err
-	}
 	if w.Op == OpDelete && head != nil && head.State == StatePermanentFailed && head.Declined {
 		return tx.deleteOverDeclined(e, op, head)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -492,6 +493,11 @@ func (r *run) settle(d *device, op map[string]any, take string) (resolved, disca
 			return 1, 0
 		}
 		r.t.Logf("%s: resolve %s/%s (op %s, %s): %d %s; discarding the operation instead", d.name, typ, id, opID, str(op, "lastErrorCode"), code, errCode(m))
+		if os.Getenv("SYNCD_CONVERGENCE_DEBUG") != "" {
+			_, now, _ := d.call("GET", "/v1/entities/"+typ+"/"+id, "")
+			_, o, _ := d.call("GET", "/v1/operations/"+opID, "")
+			r.t.Logf("  entity %v\n  operation %v", now, o)
+		}
 	}
 	code, m, err := d.call("POST", "/v1/operations/"+opID+"/discard", "")
 	if err != nil {

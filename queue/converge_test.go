@@ -540,3 +540,43 @@ func TestConflictOfDeleteWithTheEntityMadeAgainStaysResolvable(t *testing.T) {
 		t.Fatalf("the resolution is a %s", next.Type)
 	}
 }
+
+// TestConflictWithoutItsServerRecordIsReadAgain: a conflict whose server
+// record beside the entity was lost (a path dropped it) stays a
+// conflict, with the record marked as not held, and is read again: the
+// refresh brings the record, and the conflict shows it.
+func TestConflictWithoutItsServerRecordIsReadAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	pulled(t, s, "n", "srv-n", 1, `{"v":1}`)
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"v":"mine"}`)})
+	op := claim(t, s)
+	if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "newer", ServerState{Version: 3, Data: json.RawMessage(`{"v":3}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.update(ctx, func(tx *txw) error {
+		e, err := tx.loadEntity("acct", "note", "n")
+		if err != nil {
+			return err
+		}
+		e.Server = nil // as a path that drops it would
+		return tx.reconcile(e, true)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := entity(t, s, "n")
+	if e.SyncState != SyncConflict || e.Server == nil || e.Server.Missing != StaleRefreshNeeded {
+		t.Fatalf("%+v server %+v", e, e.Server)
+	}
+	if refs, _ := s.NeedsRefresh("acct", 10); len(refs) != 1 {
+		t.Fatalf("refresh set %v", refs)
+	}
+	e, _, err := s.ApplyRecord(ctx, "acct", "note", "n", &Change{EntityType: "note", EntityID: "n", ServerID: "srv-n", Version: 3, Data: json.RawMessage(`{"v":3}`)})
+	if err != nil || e.SyncState != SyncConflict || e.Server == nil || e.Server.Missing != "" || string(e.Server.Data) != `{"v":3}` {
+		t.Fatalf("after the refresh: %+v server %+v %v", e, e.Server, err)
+	}
+	if refs, _ := s.NeedsRefresh("acct", 10); len(refs) != 0 {
+		t.Fatalf("still in the refresh set: %v", refs)
+	}
+}

@@ -507,6 +507,18 @@ func (w *txw) reconcile(e *Entity, dirty bool) error {
 		}
 		return w.entityEvent(e, EventEntityRemoved)
 	}
+	if head != nil && head.State == StatePermanentFailed && head.Declined && IsConflictCode(head.LastErrorCode) && e.Server == nil {
+		// A conflict whose server record is not known here (a path
+		// dropped it): the server holds a version at least the one the
+		// change was made on, deleted or not known. It is kept beside the
+		// entity as such, and read again (refresh), so the conflict
+		// stays one the app can see and resolve.
+		e.Server = &ServerState{Version: e.ServerVersion, Deleted: head.LastErrorCode == CodeDeletedOnServer}
+		if !e.Server.Deleted {
+			e.Server.Missing = StaleRefreshNeeded
+		}
+		dirty = true
+	}
 	state, syncErr, code := SyncPending, "", ""
 	switch {
 	case head == nil && e.serverUnheld():
@@ -524,8 +536,10 @@ func (w *txw) reconcile(e *Entity, dirty bool) error {
 	if state != SyncConflict && e.Server != nil && !e.serverAhead() && !e.serverUnheld() {
 		e.Server, dirty = nil, true // what it told is taken or superseded
 	}
-	if e.SyncState == SyncStale || state == SyncStale {
-		if err := w.markRefresh(e, state == SyncStale && code == StaleRefreshNeeded); err != nil {
+	readAgain := state == SyncStale && code == StaleRefreshNeeded ||
+		state == SyncConflict && e.Server != nil && e.Server.Missing == StaleRefreshNeeded
+	if readAgain || e.SyncState == SyncStale || e.SyncState == SyncConflict {
+		if err := w.markRefresh(e, readAgain); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,494 @@
+// Package fieldmerge is the field-level merge rule of syncd's remote
+// protocol, for a backend that keeps its records in its own tables: given
+// what a record stores (its data, its version, and the version at which
+// each field last changed) and an update (the version it was made on, the
+// fields it changes, its data), it answers the merged record, or the
+// fields that conflict.
+//
+// A field is a path to a leaf of a record's data, written as a JSON
+// pointer (RFC 6901: "/title", "/address/city", "~1" for a '/' in a
+// member name, "~0" for a '~'). Objects recurse; anything else (a
+// string, a number, true, false, null, an array) is a leaf, and so is an
+// empty object. Two paths overlap when one is the other or leads into it
+// ("/address" overlaps "/address/city"; "/address/city" and
+// "/address/zip" do not).
+//
+// The rule: an update made on base changes paths. A path of it conflicts
+// when the value it sets differs from the record's current value there
+// and an overlapping path changed after base. With no conflict the
+// update applies: each of its paths takes the update's value there, or
+// is removed where the update's data has none, and the record's version
+// grows by one. With a conflict nothing applies. Two devices that edit
+// different fields offline therefore both land; the same field edited
+// to different values on both is a conflict on that field alone.
+//
+// A Record remembers when each path changed (Record.Paths) and when its
+// current life began (Record.Since: its create, its revival, or a write
+// that replaced its whole data): every path not in Paths changed at
+// Since or before. An update made before Since (base < Since) conflicts
+// on every path where its value differs from the record's.
+//
+// The package works on encoding/json values. Numbers are kept as
+// written (json.Number), so "1.0" and "1" are different values.
+package fieldmerge
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Limits of an update's paths, checked by ParsePaths.
+const (
+	// MaxPaths bounds how many paths one update may name.
+	MaxPaths = 1000
+	// MaxPathBytes bounds one path's length.
+	MaxPathBytes = 1024
+)
+
+// ErrInvalid is wrapped by the errors of malformed input: data that is
+// not a JSON object, a path that is not a JSON pointer.
+var ErrInvalid = errors.New("fieldmerge: invalid input")
+
+// Record is what the rule needs of a stored record.
+type Record struct {
+	// Data is the record's data, a JSON object.
+	Data json.RawMessage
+	// Version is the record's version: it grows by one per write.
+	Version int64
+	// Since is the version at which the record's current life began:
+	// its create, its revival after a deletion, or a write that replaced
+	// its whole data. 0 is read as Version (a record stored before path
+	// versions were kept: every path may have changed at its latest
+	// write).
+	Since int64
+	// Paths holds, for the paths that changed after Since, the version
+	// of their latest change.
+	Paths map[string]int64
+}
+
+// since returns r.Since, or r.Version when none is kept.
+func (r Record) since() int64 {
+	if r.Since <= 0 || r.Since > r.Version {
+		return r.Version
+	}
+	return r.Since
+}
+
+// Update is one write to merge into a record.
+type Update struct {
+	// Base is the version of the record the change was made on.
+	Base int64
+	// Paths are the paths the change sets or removes.
+	Paths []string
+	// Data is the writer's whole data after the change: each path takes
+	// its value from here (or is removed where Data has none).
+	Data json.RawMessage
+}
+
+// Result is what Merge answers.
+type Result struct {
+	// Record is the record after the update: unchanged when Conflicts is
+	// not empty.
+	Record Record
+	// Conflicts are the update's paths that conflict, sorted. Empty:
+	// the update applied.
+	Conflicts []string
+	// Changed are the update's paths whose value changed, sorted.
+	Changed []string
+}
+
+// Merge applies u to r by the package's rule. It returns an error
+// wrapping ErrInvalid when r's or u's data is not a JSON object or a path
+// is not a JSON pointer.
+func Merge(r Record, u Update) (Result, error) {
+	cur, err := decodeObject(r.Data)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: the record's data: %v", ErrInvalid, err)
+	}
+	src, err := decodeObject(u.Data)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: the update's data: %v", ErrInvalid, err)
+	}
+	paths := slices.Clone(u.Paths)
+	slices.Sort(paths)
+	paths = slices.Compact(paths)
+	toks := make([][]string, len(paths))
+	for i, p := range paths {
+		if toks[i], err = split(p); err != nil {
+			return Result{}, err
+		}
+	}
+	var res Result
+	var changed [][]string
+	var leaves [][]string // the record's leaves, when the base is before Since
+	for i, p := range paths {
+		want, wantOK := lookup(src, toks[i])
+		have, haveOK := lookup(cur, toks[i])
+		if wantOK == haveOK && (!wantOK || equal(want, have)) {
+			continue
+		}
+		res.Changed = append(res.Changed, p)
+		changed = append(changed, toks[i])
+		if u.Base < r.since() {
+			if leaves == nil {
+				leaves = leafTokens(cur, nil, [][]string{})
+			}
+			if overlapsAny(toks[i], leaves) {
+				res.Conflicts = append(res.Conflicts, p)
+				continue
+			}
+		}
+		for q, v := range r.Paths {
+			if v > u.Base && overlaps(p, q) {
+				res.Conflicts = append(res.Conflicts, p)
+				break
+			}
+		}
+	}
+	if len(res.Conflicts) > 0 {
+		res.Record = r
+		return res, nil
+	}
+	next := r
+	next.Version = r.Version + 1
+	if next.Since <= 0 || next.Since > r.Version {
+		next.Since = r.since()
+	}
+	next.Paths = make(map[string]int64, len(r.Paths)+len(res.Changed))
+	for q, v := range r.Paths {
+		if v > next.Since {
+			next.Paths[q] = v
+		}
+	}
+	for i, p := range res.Changed {
+		v, ok := lookup(src, changed[i])
+		cur = set(cur, changed[i], v, ok)
+		// A path's stamp covers the paths under it: they need no entry.
+		for q := range next.Paths {
+			if q != p && strings.HasPrefix(q, p+"/") {
+				delete(next.Paths, q)
+			}
+		}
+		next.Paths[p] = next.Version
+	}
+	if len(next.Paths) == 0 {
+		next.Paths = nil
+	}
+	if len(res.Changed) == 0 {
+		next.Data = r.Data
+	} else if next.Data, err = encode(cur); err != nil {
+		return Result{}, err
+	}
+	res.Record = next
+	return res, nil
+}
+
+// Replace is the record after a write that replaces its whole data (a
+// record-level write, or a revival): its life starts again at the next
+// version, with no path versions.
+func Replace(r Record, data json.RawMessage) Record {
+	return Record{Data: data, Version: r.Version + 1, Since: r.Version + 1}
+}
+
+// ChangedSince returns the paths of r that changed after base, sorted:
+// those in r.Paths newer than base, and, when base is before r.Since,
+// every leaf of r's data. A delete made on base conflicts when it is not
+// empty (or when r is past base at all: see Deletes).
+func ChangedSince(r Record, base int64) []string {
+	var out []string
+	if base < r.since() {
+		if cur, err := decodeObject(r.Data); err == nil {
+			for _, t := range leafTokens(cur, nil, nil) {
+				out = append(out, join(t))
+			}
+		}
+	}
+	for q, v := range r.Paths {
+		if v > base {
+			out = append(out, q)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Deletes reports whether a delete made on base applies to r: only when
+// nothing changed after base (r.Version <= base). A delete on a base
+// that others edited since is a conflict, on ChangedSince(r, base).
+func Deletes(r Record, base int64) bool { return base >= r.Version }
+
+// PatchPaths returns the paths an RFC 7396 merge patch changes, sorted:
+// each member whose value is not an object is a path (a null removes
+// it); an object recurses into its members (an empty one is a path).
+func PatchPaths(patch json.RawMessage) ([]string, error) {
+	obj, err := decodeObject(patch)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the patch: %v", ErrInvalid, err)
+	}
+	var out []string
+	for _, t := range leafTokens(obj, nil, nil) {
+		out = append(out, join(t))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// LeafPaths returns every leaf path of data, sorted: the paths a create
+// sets.
+func LeafPaths(data json.RawMessage) ([]string, error) { return PatchPaths(data) }
+
+// Diff returns the paths where a and b differ, sorted: where both hold
+// an object it recurses, anything else that differs (a member on one
+// side only, another value) is one path.
+func Diff(a, b json.RawMessage) ([]string, error) {
+	x, err := decodeObject(a)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	y, err := decodeObject(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	var out []string
+	diff(x, y, nil, &out)
+	slices.Sort(out)
+	return out, nil
+}
+
+func diff(x, y map[string]any, at []string, out *[]string) {
+	for k, xv := range x {
+		p := append(slices.Clip(at), k)
+		yv, ok := y[k]
+		if !ok {
+			*out = append(*out, join(p))
+			continue
+		}
+		xo, xok := xv.(map[string]any)
+		yo, yok := yv.(map[string]any)
+		if xok && yok && len(xo) > 0 && len(yo) > 0 {
+			diff(xo, yo, p, out)
+			continue
+		}
+		if !equal(xv, yv) {
+			*out = append(*out, join(p))
+		}
+	}
+	for k := range y {
+		if _, ok := x[k]; !ok {
+			*out = append(*out, join(append(slices.Clip(at), k)))
+		}
+	}
+}
+
+// Get returns the value at path in data, and whether there is one.
+func Get(data json.RawMessage, path string) (json.RawMessage, bool, error) {
+	obj, err := decodeObject(data)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	t, err := split(path)
+	if err != nil {
+		return nil, false, err
+	}
+	v, ok := lookup(obj, t)
+	if !ok {
+		return nil, false, nil
+	}
+	raw, err := encode(v)
+	return raw, true, err
+}
+
+// Apply returns dst with each of paths set to src's value there, or
+// removed where src has none: an update's effect without the rule's
+// check. It lays pending local edits over a newer server record.
+func Apply(dst, src json.RawMessage, paths []string) (json.RawMessage, error) {
+	d, err := decodeObject(dst)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	s, err := decodeObject(src)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	ps := slices.Clone(paths)
+	slices.Sort(ps)
+	for _, p := range slices.Compact(ps) {
+		t, err := split(p)
+		if err != nil {
+			return nil, err
+		}
+		v, ok := lookup(s, t)
+		d = set(d, t, v, ok)
+	}
+	return encode(d)
+}
+
+// Overlaps reports whether paths p and q overlap: one is the other, or
+// leads into it.
+func Overlaps(p, q string) bool { return overlaps(p, q) }
+
+func overlaps(p, q string) bool {
+	if len(p) > len(q) {
+		p, q = q, p
+	}
+	return q == p || strings.HasPrefix(q, p) && q[len(p)] == '/'
+}
+
+func overlapsAny(t []string, set [][]string) bool {
+	for _, s := range set {
+		n := min(len(t), len(s))
+		if slices.Equal(t[:n], s[:n]) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParsePaths checks paths as an update's: at most MaxPaths JSON
+// pointers, none empty (the whole document is no field) nor longer than
+// MaxPathBytes.
+func ParsePaths(paths []string) error {
+	if len(paths) > MaxPaths {
+		return fmt.Errorf("%w: %d paths, more than %d", ErrInvalid, len(paths), MaxPaths)
+	}
+	for _, p := range paths {
+		if len(p) > MaxPathBytes {
+			return fmt.Errorf("%w: a path of %d bytes, more than %d", ErrInvalid, len(p), MaxPathBytes)
+		}
+		if _, err := split(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// split parses a JSON pointer into its member names.
+func split(p string) ([]string, error) {
+	if p == "" || p[0] != '/' {
+		return nil, fmt.Errorf("%w: path %q is not a JSON pointer to a member (it must start with '/')", ErrInvalid, p)
+	}
+	parts := strings.Split(p[1:], "/")
+	for i, s := range parts {
+		if !strings.Contains(s, "~") {
+			continue
+		}
+		for j := 0; j < len(s); j++ {
+			if s[j] == '~' && (j+1 == len(s) || s[j+1] != '0' && s[j+1] != '1') {
+				return nil, fmt.Errorf("%w: path %q: '~' must be followed by '0' or '1'", ErrInvalid, p)
+			}
+		}
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
+	}
+	return parts, nil
+}
+
+var escaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+// Pointer returns the JSON pointer of the member names tokens.
+func Pointer(tokens ...string) string { return join(tokens) }
+
+func join(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteByte('/')
+		b.WriteString(escaper.Replace(t))
+	}
+	return b.String()
+}
+
+// leafTokens appends the leaf paths of obj, under at, to out.
+func leafTokens(obj map[string]any, at []string, out [][]string) [][]string {
+	for k, v := range obj {
+		p := append(slices.Clip(at), k)
+		if o, ok := v.(map[string]any); ok && len(o) > 0 {
+			out = leafTokens(o, p, out)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func lookup(obj map[string]any, t []string) (any, bool) {
+	var v any = obj
+	for _, k := range t {
+		o, ok := v.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if v, ok = o[k]; !ok {
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// set returns obj with t set to v (ok) or removed (!ok), making the
+// objects on the way.
+func set(obj map[string]any, t []string, v any, ok bool) map[string]any {
+	if obj == nil {
+		obj = map[string]any{}
+	}
+	if len(t) == 1 {
+		if ok {
+			obj[t[0]] = v
+		} else {
+			delete(obj, t[0])
+		}
+		return obj
+	}
+	child, isObj := obj[t[0]].(map[string]any)
+	if !isObj {
+		if !ok {
+			return obj // nothing there to remove
+		}
+		child = nil
+	}
+	obj[t[0]] = set(child, t[1:], v, ok)
+	return obj
+}
+
+func equal(a, b any) bool { return reflect.DeepEqual(a, b) }
+
+func decodeObject(data []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil {
+		return nil, err
+	}
+	if obj == nil {
+		return nil, errors.New("not a JSON object")
+	}
+	if dec.More() {
+		return nil, errors.New("more than one JSON value")
+	}
+	return obj, nil
+}
+
+// encode writes v as compact JSON, members sorted, without escaping
+// '<', '>' and '&'.
+func encode(v any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// Quote returns path's tokens as a readable string for messages.
+func Quote(paths []string) string {
+	q := make([]string, len(paths))
+	for i, p := range paths {
+		q[i] = strconv.Quote(p)
+	}
+	return strings.Join(q, ", ")
+}

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/syncd/syncd/changefeed"
 	"github.com/syncd/syncd/idempotency"
+	"github.com/syncd/syncd/idempotency/fieldmerge"
 )
 
 // Entity is one record of the reference server, as its routes answer it.
@@ -40,6 +42,40 @@ type Entity struct {
 	// seq is the record's position in its actor's changes feed, set by
 	// the storage at each write.
 	seq int64
+	// since and paths are the record's field history for the merge
+	// policy (fieldmerge.Record): the version its current life began at
+	// (create, revival, a write of its whole data), and the version of
+	// each path's latest change after that.
+	since int64
+	paths map[string]int64
+}
+
+// record is e as the merge rule reads it.
+func (e *Entity) record() fieldmerge.Record {
+	return fieldmerge.Record{Data: e.Data, Version: e.Version, Since: e.since, Paths: e.paths}
+}
+
+// replaced records that a write replaced e's whole data at its (new)
+// version: a record-level write, a create or a revival.
+func (e *Entity) replaced() { e.since, e.paths = e.Version, nil }
+
+// Version is one kept version of a record, as
+// GET /v1/{type}/{id}/versions answers it.
+type Version struct {
+	Version     int64           `json:"version"`
+	Data        json.RawMessage `json:"data,omitempty"` // absent from a deletion
+	Deleted     bool            `json:"deleted,omitempty"`
+	OperationID string          `json:"operationId,omitempty"`
+	UpdatedAt   time.Time       `json:"updatedAt"`
+}
+
+// historyEntry is e's current version as its history keeps it.
+func (e *Entity) historyEntry() Version {
+	h := Version{Version: e.Version, Deleted: e.Deleted, OperationID: e.OperationID, UpdatedAt: e.UpdatedAt}
+	if !e.Deleted {
+		h.Data = e.Data
+	}
+	return h
 }
 
 // shown is the entity as the routes answer it: a tombstone without its
@@ -79,6 +115,10 @@ type updateRequest struct {
 	// BaseVersion is the version the client's change was made on;
 	// absent: the client does not say, and the write is applied.
 	BaseVersion *int64 `json:"baseVersion"`
+	// Paths are the JSON pointers of the fields the change sets or
+	// removes, their values taken from Data (package fieldmerge). Absent:
+	// the change is the whole of Data. Only the merge policy reads them.
+	Paths *[]string `json:"paths"`
 }
 
 // operationKey is the request's Idempotency-Key, as the gate reads it.
@@ -90,25 +130,65 @@ func operationKey(r *http.Request) string {
 	return k
 }
 
-// conflictAnswer is the 409 version_conflict body: the error and the
-// record as the server holds it.
+// conflictAnswer is the 409 version_conflict body: the error, the
+// record as the server holds it and, under the merge policy, the paths
+// in conflict and the record at the change's base version when the
+// history still holds it.
 type conflictAnswer struct {
 	Error   errorBody `json:"error"`
 	Current *Entity   `json:"current"`
+	Paths   []string  `json:"paths,omitempty"`
+	Base    *Version  `json:"base,omitempty"`
 }
 
-// refuses reports whether the type's conflict policy refuses a write made
-// on base when the record is at current: policy reject, a base given and
-// below the current version.
+// refuses reports whether the type's conflict policy refuses, whole, a
+// write made on base when the record is at current: policy reject, or
+// merge for a write that does not name its paths (a delete, an update
+// of a client that does not merge), and a base given and below the
+// current version.
 func (s *Server) refuses(typ string, base *int64, current int64) bool {
-	return base != nil && *base < current && (s.reject[typ] || s.reject["*"])
+	return base != nil && *base < current && s.policy(typ) != PolicyLWW
 }
 
-func (s *Server) writeConflict(w http.ResponseWriter, typ string, e *Entity) {
-	writeJSON(w, http.StatusConflict, conflictAnswer{
-		Error:   errorBody{Code: CodeVersionConflict, Message: "this " + typ + " changed since the version the change was made on; the current record is in \"current\""},
-		Current: e,
-	})
+// conflict is a refused write's answer, found in the write's
+// transaction.
+type conflict struct {
+	paths []string
+	base  *Version
+}
+
+// refused makes the conflict of a write made on base: under the merge
+// policy, with paths (the conflicting ones, or those changed since base)
+// and the record at base, when kept.
+func (s *Server) refused(ctx context.Context, typ string, e *Entity, base *int64, paths []string) (*conflict, error) {
+	c := &conflict{paths: paths}
+	if s.policy(typ) != PolicyMerge || base == nil {
+		return c, nil
+	}
+	if c.paths == nil {
+		c.paths = fieldmerge.ChangedSince(e.record(), *base)
+	}
+	if *base > 0 {
+		h, ok, err := s.store.version(ctx, e.ID, *base)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			c.base = &h
+		}
+	}
+	return c, nil
+}
+
+func (s *Server) writeConflict(w http.ResponseWriter, typ string, e *Entity, c *conflict) {
+	msg := "this " + typ + " changed since the version the change was made on; the current record is in \"current\""
+	ans := conflictAnswer{Current: e}
+	if c != nil && len(c.paths) > 0 {
+		ans.Paths, ans.Base = c.paths, c.base
+		msg = "fields of this " + typ + " changed since the version the change was made on: " + fieldmerge.Quote(c.paths) + "; the current record is in \"current\""
+	}
+	ans.Error = errorBody{Code: CodeVersionConflict, Message: msg}
+	writeJSON(w, http.StatusConflict, ans)
 }
 
 // validData checks that data is a JSON object and not marked with the
@@ -207,12 +287,60 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
+	if existing != nil && s.policy(typ) == PolicyMerge {
+		s.mergeCreate(w, r, typ, actor, existing, data, req.PayloadVersion)
+		return
+	}
 	if existing != nil {
 		writeJSON(w, http.StatusOK, existing)
 		return
 	}
 	w.Header().Set("Location", "/v1/"+typ+"/"+e.ID)
 	writeJSON(w, http.StatusCreated, e)
+}
+
+// mergeCreate merges a create of a clientId that names the live record
+// existing into it, as an update made on no version of it: its fields
+// that the record does not hold, or holds with the same value, apply
+// (200, the merged record; nothing changed: the record as it is); any
+// other is a conflict (409).
+func (s *Server) mergeCreate(w http.ResponseWriter, r *http.Request, typ, actor string, existing *Entity, data json.RawMessage, payloadVersion int64) {
+	paths, err := fieldmerge.LeafPaths(data)
+	if err != nil {
+		writeError(w, r, http.StatusBadRequest, CodeValidation, "data must be a JSON object")
+		return
+	}
+	var c *conflict
+	var ferr error
+	key, zero := operationKey(r), int64(0)
+	e, err := s.store.update(r.Context(), actor, typ, existing.ID, func(e *Entity) bool {
+		res, err := fieldmerge.Merge(e.record(), fieldmerge.Update{Base: 0, Paths: paths, Data: data})
+		if err != nil {
+			ferr = err
+			return false
+		}
+		if len(res.Conflicts) > 0 {
+			c, ferr = s.refused(r.Context(), typ, e, &zero, res.Conflicts)
+			return false
+		}
+		if len(res.Changed) == 0 {
+			return false // it holds the create's data already
+		}
+		e.Data, e.Version, e.since, e.paths = res.Record.Data, res.Record.Version, res.Record.Since, res.Record.Paths
+		e.PayloadVersion, e.UpdatedAt, e.OperationID = payloadVersion, s.now(), key
+		return true
+	})
+	switch {
+	case err == nil && ferr != nil:
+		err = ferr
+		fallthrough
+	case err != nil:
+		s.internal(w, r, err)
+	case c != nil:
+		s.writeConflict(w, typ, e, c)
+	default:
+		writeJSON(w, http.StatusOK, e)
+	}
 }
 
 // handleUpdate: PATCH /v1/{type}/{id} {data, payloadVersion,
@@ -242,31 +370,62 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, CodeValidation, msg)
 		return
 	}
-	var gone, conflict bool
+	if req.Paths != nil {
+		if err := fieldmerge.ParsePaths(*req.Paths); err != nil {
+			writeError(w, r, http.StatusBadRequest, CodeValidation, "paths must be JSON pointers to fields: "+err.Error())
+			return
+		}
+	}
+	merging := req.Paths != nil && s.policy(typ) == PolicyMerge
+	var gone bool
+	var c *conflict
+	var ferr error
 	key := operationKey(r)
 	e, err := s.store.update(r.Context(), actor, typ, r.PathValue("id"), func(e *Entity) bool {
 		if e.Deleted {
 			gone = true
 			return false
 		}
-		if s.refuses(typ, req.BaseVersion, e.Version) {
-			conflict = true
+		if !merging {
+			if s.refuses(typ, req.BaseVersion, e.Version) {
+				c, ferr = s.refused(r.Context(), typ, e, req.BaseVersion, nil)
+				return false
+			}
+			e.Data, e.PayloadVersion, e.UpdatedAt = data, req.PayloadVersion, s.now()
+			e.Version++
+			e.replaced()
+			e.OperationID = key
+			return true
+		}
+		base := e.Version // a change that names no base is made on the current version
+		if req.BaseVersion != nil {
+			base = *req.BaseVersion
+		}
+		res, err := fieldmerge.Merge(e.record(), fieldmerge.Update{Base: base, Paths: *req.Paths, Data: data})
+		if err != nil {
+			ferr = err
 			return false
 		}
-		e.Data, e.PayloadVersion, e.UpdatedAt = data, req.PayloadVersion, s.now()
-		e.Version++
-		e.OperationID = key
+		if len(res.Conflicts) > 0 {
+			c, ferr = s.refused(r.Context(), typ, e, &base, res.Conflicts)
+			return false
+		}
+		e.Data, e.Version, e.since, e.paths = res.Record.Data, res.Record.Version, res.Record.Since, res.Record.Paths
+		e.PayloadVersion, e.UpdatedAt, e.OperationID = req.PayloadVersion, s.now(), key
 		return true
 	})
 	switch {
 	case errors.Is(err, ErrNotFound):
 		writeError(w, r, http.StatusNotFound, CodeNotFound, "no "+typ+" with this id")
+	case err == nil && ferr != nil:
+		err = ferr
+		fallthrough
 	case err != nil:
 		s.internal(w, r, err)
 	case gone:
 		writeError(w, r, http.StatusGone, CodeGone, "this "+typ+" was deleted")
-	case conflict:
-		s.writeConflict(w, typ, e)
+	case c != nil:
+		s.writeConflict(w, typ, e, c)
 	default:
 		writeJSON(w, http.StatusOK, e)
 	}
@@ -324,13 +483,14 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	actor, _ := ActorFromContext(r.Context())
 	key := operationKey(r)
-	var conflict bool
+	var c *conflict
+	var ferr error
 	e, err := s.store.update(r.Context(), actor, typ, r.PathValue("id"), func(e *Entity) bool {
 		if e.Deleted {
 			return false
 		}
 		if s.refuses(typ, base, e.Version) {
-			conflict = true
+			c, ferr = s.refused(r.Context(), typ, e, base, nil)
 			return false
 		}
 		now := s.now()
@@ -342,12 +502,46 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		writeError(w, r, http.StatusNotFound, CodeNotFound, "no "+typ+" with this id")
+	case err == nil && ferr != nil:
+		err = ferr
+		fallthrough
 	case err != nil:
 		s.internal(w, r, err)
-	case conflict:
-		s.writeConflict(w, typ, e)
+	case c != nil:
+		s.writeConflict(w, typ, e, c)
 	default:
 		writeJSON(w, http.StatusOK, e.shown())
+	}
+}
+
+// maxVersions is how many versions GET /v1/{type}/{id}/versions answers
+// at most (all a record keeps, at the default history).
+const maxVersions = 100
+
+// handleVersions: GET /v1/{type}/{id}/versions answers {"items":[...]}:
+// the record's kept versions, newest first, each {version, data (absent
+// from a deletion), deleted, operationId, updatedAt}. A record keeps its
+// latest Config.HistoryVersions versions; those older than
+// Config.HistoryAge are swept, but the current one.
+func (s *Server) handleVersions(w http.ResponseWriter, r *http.Request) {
+	typ, ok := pathType(w, r)
+	if !ok {
+		return
+	}
+	actor, _ := ActorFromContext(r.Context())
+	items, err := s.store.versions(r.Context(), actor, typ, r.PathValue("id"), maxVersions)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		writeError(w, r, http.StatusNotFound, CodeNotFound, "no "+typ+" with this id")
+	case err != nil:
+		s.internal(w, r, err)
+	default:
+		if items == nil {
+			items = []Version{}
+		}
+		writeJSON(w, http.StatusOK, struct {
+			Items []Version `json:"items"`
+		}{items})
 	}
 }
 

@@ -174,6 +174,7 @@ func TestConflictPolicy(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		cfg := b.config(t)
 		cfg.RejectConflicts = []string{"tasks"}
+		cfg.Conflicts = map[string]Policy{"*": PolicyLWW} // record-level: today's rule
 		h := setup(t, cfg)
 		for _, typ := range []string{"notes", "tasks"} {
 			e := entityOf(t, h.must(t, "POST", "/v1/"+typ, "alice", newKey(), `{"clientId":"c","data":{"v":1}}`))
@@ -271,7 +272,9 @@ func TestLongPoll(t *testing.T) {
 func TestFeedUnderConcurrentWriters(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
-		h := setup(t, b.config(t))
+		cfg := b.config(t)
+		cfg.Conflicts = map[string]Policy{"*": PolicyLWW} // record-level
+		h := setup(t, cfg)
 		const writers, each = 8, 15
 		var wg sync.WaitGroup
 		stop := make(chan struct{})

@@ -157,6 +157,7 @@ func TestEntityRoutes(t *testing.T) {
 		clock := idempotencytest.NewClock(time.Date(2026, 1, 13, 0, 10, 0, 123456789, time.UTC))
 		cfg := b.config(t)
 		cfg.Now = clock.Now
+		cfg.Conflicts = map[string]Policy{"*": PolicyLWW} // record-level: today's rule
 		h := setup(t, cfg)
 		const tok = "alice.1"
 
@@ -433,6 +434,7 @@ func TestAnyOrderAcrossTime(t *testing.T) {
 		clock := idempotencytest.NewClock(time.Date(2026, 1, 13, 0, 0, 0, 0, time.UTC))
 		cfg := b.config(t)
 		cfg.Now = clock.Now
+		cfg.Conflicts = map[string]Policy{"*": PolicyLWW} // record-level: today's rule
 		h := setup(t, cfg)
 		rapid.Check(t, func(rt *rapid.T) {
 			clientID := newKey()
@@ -612,6 +614,7 @@ func TestCreateAfterDelete(t *testing.T) {
 		clock := idempotencytest.NewClock(time.Date(2026, 1, 13, 0, 0, 0, 0, time.UTC))
 		cfg := b.config(t)
 		cfg.Now = clock.Now
+		cfg.Conflicts = map[string]Policy{"*": PolicyLWW} // record-level: today's rule
 		h := setup(t, cfg)
 		const tok = "alice"
 

@@ -32,6 +32,11 @@ const (
 	// DefaultTombstoneRetention is how long deleted records are kept for
 	// the changes feed.
 	DefaultTombstoneRetention = 30 * 24 * time.Hour
+	// DefaultHistoryVersions is how many versions of each record the
+	// server keeps for GET /v1/{type}/{id}/versions.
+	DefaultHistoryVersions = 20
+	// DefaultHistoryAge is how long a superseded version is kept.
+	DefaultHistoryAge = 30 * 24 * time.Hour
 )
 
 // Config configures a Server. Exactly one storage must be named: a bbolt
@@ -77,6 +82,17 @@ type Config struct {
 	// record's answers 409 version_conflict with the current record.
 	// "*" names every type. The others are last-writer-wins.
 	RejectConflicts []string
+	// Conflicts maps entity types to their conflict policy; "*" names
+	// every type not listed. The default is PolicyMerge. The types of
+	// RejectConflicts are PolicyReject.
+	Conflicts map[string]Policy
+	// HistoryVersions and HistoryAge bound each record's version
+	// history (GET /v1/{type}/{id}/versions): its latest
+	// HistoryVersions versions (DefaultHistoryVersions), of which those
+	// older than HistoryAge (DefaultHistoryAge) are swept, the current
+	// one never. A negative HistoryVersions keeps none.
+	HistoryVersions int
+	HistoryAge      time.Duration
 	// SweepInterval is how often expired records are deleted
 	// (idempotency.DefaultSweepInterval).
 	SweepInterval time.Duration
@@ -121,7 +137,7 @@ type Server struct {
 	conflict prometheus.Counter
 	handler  http.Handler
 
-	reject   map[string]bool      // types whose conflict policy is reject
+	policies map[string]Policy    // conflict policy by type, "*" the default
 	notifier *changefeed.Notifier // wakes long polls of the changes feed
 	listener *pgfeed.Listener     // PostgreSQL: NOTIFY from every replica
 	tombStop context.CancelFunc   // ends the tombstone sweep loop
@@ -149,11 +165,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = idempotency.DefaultSweepInterval
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.DevTokens),
-		reject: make(map[string]bool), notifier: &changefeed.Notifier{}}
-	for _, t := range cfg.RejectConflicts {
-		s.reject[t] = true
+	if cfg.HistoryVersions == 0 {
+		cfg.HistoryVersions = DefaultHistoryVersions
 	}
+	if cfg.HistoryAge <= 0 {
+		cfg.HistoryAge = DefaultHistoryAge
+	}
+	pols, err := policies(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.DevTokens),
+		policies: pols, notifier: &changefeed.Notifier{}}
 	if err := s.openStorage(context.Background()); err != nil {
 		return nil, err
 	}
@@ -237,6 +260,11 @@ func (s *Server) startTombstoneSweep() {
 			} else if n > 0 {
 				s.log.Debug("remote: swept tombstones", "count", n)
 			}
+			if n, err := s.SweepHistory(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("remote: version history sweep failed", "err", err)
+			} else if n > 0 {
+				s.log.Debug("remote: swept old versions", "count", n)
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -251,6 +279,12 @@ func (s *Server) startTombstoneSweep() {
 // Cursors from before them then answer 410 cursor_expired.
 func (s *Server) SweepTombstones(ctx context.Context) (int, error) {
 	return s.store.sweepTombstones(ctx, s.cfg.Now().Add(-s.cfg.TombstoneRetention))
+}
+
+// SweepHistory deletes the kept versions older than HistoryAge, but each
+// record's current one (the sweep loop does this every SweepInterval).
+func (s *Server) SweepHistory(ctx context.Context) (int, error) {
+	return s.store.sweepHistory(ctx, s.cfg.Now().Add(-s.cfg.HistoryAge))
 }
 
 func (s *Server) openStorage(ctx context.Context) error {
@@ -276,7 +310,7 @@ func (s *Server) openStorage(ctx context.Context) error {
 		idem, err := boltstore.New(db)
 		if err == nil {
 			var es *boltEntities
-			if es, err = newBoltEntities(db, own, s.notifier); err == nil {
+			if es, err = newBoltEntities(db, own, s.notifier, s.cfg.HistoryVersions); err == nil {
 				s.store, s.idem = es, idem
 				return nil
 			}
@@ -297,7 +331,7 @@ func (s *Server) openStorage(ctx context.Context) error {
 		idem, err := pgstore.New(ctx, pgstore.Config{Pool: pool, LockTimeout: cfg.PostgresLockTimeout, Lease: cfg.PostgresLease})
 		if err == nil {
 			var es *pgEntities
-			if es, err = newPGEntities(ctx, pool, own); err == nil {
+			if es, err = newPGEntities(ctx, pool, own, s.cfg.HistoryVersions); err == nil {
 				es.testHookChangesRead = cfg.TestHookChangesRead
 				s.store, s.idem = es, idem
 				return nil
@@ -341,6 +375,7 @@ func (s *Server) routes(wrap func(http.Handler) http.Handler) http.Handler {
 	api.Handle("PATCH /v1/{type}/{id}", wrap(http.HandlerFunc(s.handleUpdate)))
 	api.Handle("DELETE /v1/{type}/{id}", wrap(http.HandlerFunc(s.handleDelete)))
 	api.HandleFunc("GET /v1/{type}/{id}", s.handleGet)
+	api.HandleFunc("GET /v1/{type}/{id}/versions", s.handleVersions)
 	api.HandleFunc("GET /v1/{type}", s.handleList)
 	api.Handle("GET /v1/changes", changefeed.Handler(changefeed.Config{
 		Source:   s.store,
@@ -359,7 +394,8 @@ func (s *Server) routes(wrap func(http.Handler) http.Handler) http.Handler {
 	batch := idempotency.BatchConfig{Handler: api, WriteError: writeError}
 	api.Handle("POST /v1/batch", idempotency.BatchHandler(batch))
 	api.HandleFunc("GET /v1/capabilities", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"changes": true, "batch": batch.Capabilities()})
+		writeJSON(w, http.StatusOK, map[string]any{"changes": true, "batch": batch.Capabilities(),
+			"conflicts": s.policyList(), "versions": true})
 	})
 
 	root := http.NewServeMux()

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/syncd/syncd/changefeed"
@@ -36,6 +37,15 @@ type entityStore interface {
 	// sweepTombstones deletes deleted records older than before and
 	// raises their actors' horizons.
 	sweepTombstones(ctx context.Context, before time.Time) (int, error)
+	// versions returns the kept versions of the record, newest first, at
+	// most limit; ErrNotFound when there is no such record.
+	versions(ctx context.Context, actor, typ, id string, limit int) ([]Version, error)
+	// version returns the record id's kept version v, in the write
+	// transaction of ctx; ok is false when it is not kept.
+	version(ctx context.Context, id string, v int64) (Version, bool, error)
+	// sweepHistory deletes the kept versions made before before, but
+	// each record's current one.
+	sweepHistory(ctx context.Context, before time.Time) (int, error)
 	close() error
 }
 
@@ -46,6 +56,7 @@ type entityStore interface {
 //	remote_seq:        actor -> 8-byte big-endian: the actor's last feed position
 //	remote_changes:    uvarint-length-prefixed actor | 8-byte position -> id
 //	remote_horizon:    actor -> 8-byte position: tombstones at or below it were swept
+//	remote_versions:   id | 0x00 | 8-byte version -> JSON Version: the record's history
 //
 // bbolt runs one write transaction at a time, so positions grow in
 // commit order.
@@ -55,6 +66,7 @@ var (
 	bucketSeq       = []byte("remote_seq")
 	bucketChanges   = []byte("remote_changes")
 	bucketHorizon   = []byte("remote_horizon")
+	bucketVersions  = []byte("remote_versions")
 )
 
 // boltEntity is an Entity as stored, with its actor and feed position.
@@ -62,19 +74,23 @@ type boltEntity struct {
 	Entity
 	Actor string `json:"actor"`
 	Seq   int64  `json:"seq,omitempty"`
+	// Since and Paths are Entity.since and Entity.paths.
+	Since int64            `json:"since,omitempty"`
+	Paths map[string]int64 `json:"paths,omitempty"`
 }
 
 type boltEntities struct {
 	db       *bolt.DB
 	ownDB    bool
 	notifier *changefeed.Notifier
+	history  int // versions kept per record (Config.HistoryVersions)
 }
 
-func newBoltEntities(db *bolt.DB, own bool, n *changefeed.Notifier) (*boltEntities, error) {
-	s := &boltEntities{db: db, ownDB: own, notifier: n}
+func newBoltEntities(db *bolt.DB, own bool, n *changefeed.Notifier, history int) (*boltEntities, error) {
+	s := &boltEntities{db: db, ownDB: own, notifier: n, history: history}
 	err := db.Update(func(tx *bolt.Tx) error {
 		feedless := tx.Bucket(bucketSeq) == nil
-		for _, b := range [][]byte{bucketEntities, bucketClientIDs, bucketSeq, bucketChanges, bucketHorizon} {
+		for _, b := range [][]byte{bucketEntities, bucketClientIDs, bucketSeq, bucketChanges, bucketHorizon, bucketVersions} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -144,6 +160,9 @@ func (s *boltEntities) written(tx *bolt.Tx, e *boltEntity) error {
 		return err
 	}
 	if err := putEntity(tx, e); err != nil {
+		return err
+	}
+	if err := s.keepVersion(tx, e); err != nil {
 		return err
 	}
 	actor := e.Actor
@@ -226,6 +245,9 @@ func (s *boltEntities) sweepTombstones(ctx context.Context, before time.Time) (i
 				if err := tx.Bucket(bucketClientIDs).Delete(append(scopePrefix(e.Actor, e.Type), e.ClientID...)); err != nil {
 					return err
 				}
+				if err := dropVersions(tx, e.ID, 0); err != nil {
+					return err
+				}
 				if e.Seq > 0 {
 					if err := tx.Bucket(bucketChanges).Delete(changeKey(e.Actor, e.Seq)); err != nil {
 						return err
@@ -278,10 +300,12 @@ func readEntity(tx *bolt.Tx, actor, typ, id string) (*boltEntity, error) {
 	if e.Actor != actor || e.Type != typ {
 		return nil, ErrNotFound
 	}
+	e.since, e.paths = e.Since, e.Paths
 	return &e, nil
 }
 
 func putEntity(tx *bolt.Tx, e *boltEntity) error {
+	e.Since, e.Paths = e.since, e.paths
 	v, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -306,6 +330,7 @@ func (s *boltEntities) create(ctx context.Context, actor string, e *Entity) (*En
 		}
 		e.ID = old.ID // bring it back; the clientId index already points here
 		e.Version = old.Version + 1
+		e.replaced()
 		be := &boltEntity{Entity: *e, Actor: actor, Seq: old.Seq}
 		if err := s.written(tx, be); err != nil {
 			return nil, fmt.Errorf("remote: create: bring back %s: %w", e.ID, err)
@@ -314,6 +339,7 @@ func (s *boltEntities) create(ctx context.Context, actor string, e *Entity) (*En
 		return nil, nil
 	}
 	e.Version = 1
+	e.replaced()
 	be := &boltEntity{Entity: *e, Actor: actor}
 	if err := s.written(tx, be); err != nil {
 		return nil, fmt.Errorf("remote: create: %w", err)
@@ -380,6 +406,146 @@ func (s *boltEntities) list(ctx context.Context, actor, typ, clientID string, li
 		return nil
 	})
 	return out, err
+}
+
+func versionKey(id string, v int64) []byte {
+	k := append([]byte(id), 0)
+	return binary.BigEndian.AppendUint64(k, uint64(v))
+}
+
+// keepVersion adds e's version to its history, and drops the versions
+// past the s.history newest.
+func (s *boltEntities) keepVersion(tx *bolt.Tx, e *boltEntity) error {
+	if s.history < 0 {
+		return nil
+	}
+	v, err := json.Marshal(e.historyEntry())
+	if err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketVersions).Put(versionKey(e.ID, e.Version), v); err != nil {
+		return err
+	}
+	return dropVersions(tx, e.ID, e.Version-int64(max(s.history, 1))+1)
+}
+
+// dropVersions deletes the kept versions of id below keep (all: 0).
+func dropVersions(tx *bolt.Tx, id string, keep int64) error {
+	c := tx.Bucket(bucketVersions).Cursor()
+	prefix := append([]byte(id), 0)
+	var gone [][]byte
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		if keep > 0 && int64(binary.BigEndian.Uint64(k[len(prefix):])) >= keep {
+			break
+		}
+		gone = append(gone, bytes.Clone(k))
+	}
+	for _, k := range gone {
+		if err := tx.Bucket(bucketVersions).Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *boltEntities) versions(ctx context.Context, actor, typ, id string, limit int) ([]Version, error) {
+	var out []Version
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if _, err := readEntity(tx, actor, typ, id); err != nil {
+			return err
+		}
+		prefix := append([]byte(id), 0)
+		c := tx.Bucket(bucketVersions).Cursor()
+		k, v := c.Seek(versionKey(id, math.MaxInt64))
+		if k == nil || !bytes.HasPrefix(k, prefix) {
+			k, v = c.Prev()
+		}
+		for ; k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, v = c.Prev() {
+			var h Version
+			if err := json.Unmarshal(v, &h); err != nil {
+				return fmt.Errorf("remote: decode version %x: %w", k, err)
+			}
+			out = append(out, h)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (s *boltEntities) version(ctx context.Context, id string, v int64) (Version, bool, error) {
+	tx, err := writeTx(ctx)
+	if err != nil {
+		return Version{}, false, err
+	}
+	raw := tx.Bucket(bucketVersions).Get(versionKey(id, v))
+	if raw == nil {
+		return Version{}, false, nil
+	}
+	var h Version
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return Version{}, false, fmt.Errorf("remote: decode version %d of %s: %w", v, id, err)
+	}
+	return h, true, nil
+}
+
+// sweepHistory walks the versions, a thousand deletions per write
+// transaction, keeping each record's current one.
+func (s *boltEntities) sweepHistory(ctx context.Context, before time.Time) (int, error) {
+	total := 0
+	var after []byte
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, done := 0, false
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			c := tx.Bucket(bucketVersions).Cursor()
+			k, v := c.First()
+			if after != nil {
+				if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
+					k, v = c.Next()
+				}
+			}
+			var gone [][]byte
+			for scanned := 0; k != nil && scanned < 10000 && len(gone) < 1000; k, v = c.Next() {
+				scanned++
+				after = bytes.Clone(k)
+				var h Version
+				if err := json.Unmarshal(v, &h); err != nil {
+					return fmt.Errorf("remote: decode version %x: %w", k, err)
+				}
+				if !h.UpdatedAt.Before(before) || len(k) < 9 {
+					continue
+				}
+				// The record's current version stays.
+				if raw := tx.Bucket(bucketEntities).Get(k[:len(k)-9]); raw != nil {
+					var e boltEntity
+					if err := json.Unmarshal(raw, &e); err != nil {
+						return fmt.Errorf("remote: decode entity %s: %w", k[:len(k)-9], err)
+					}
+					if e.Version == h.Version {
+						continue
+					}
+				}
+				gone = append(gone, bytes.Clone(k))
+			}
+			done = k == nil
+			for _, k := range gone {
+				if err := tx.Bucket(bucketVersions).Delete(k); err != nil {
+					return err
+				}
+			}
+			n = len(gone)
+			return nil
+		})
+		if err != nil {
+			return total, fmt.Errorf("remote: sweep versions: %w", err)
+		}
+		total += n
+		if done {
+			return total, nil
+		}
+	}
 }
 
 func (s *boltEntities) close() error {

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -66,6 +67,23 @@ var pgMigrations = []string{
 		ON CONFLICT (actor_id) DO NOTHING;
 	CREATE INDEX IF NOT EXISTS remote_entities_changes ON remote_entities (actor_id, change_seq);
 	CREATE INDEX IF NOT EXISTS remote_entities_tombstones ON remote_entities (deleted_at) WHERE deleted_at IS NOT NULL`,
+	// Field-level merge: the version each record's current life began
+	// at (every path of a record from before changed, as far as the
+	// merge knows, at its latest write) and the version of each path's
+	// latest change since; and each record's recent versions.
+	`ALTER TABLE remote_entities ADD COLUMN IF NOT EXISTS since BIGINT NOT NULL DEFAULT 0;
+	ALTER TABLE remote_entities ADD COLUMN IF NOT EXISTS path_versions JSON;
+	UPDATE remote_entities SET since = version;
+	CREATE TABLE IF NOT EXISTS remote_versions (
+		entity_id    TEXT        NOT NULL,
+		version      BIGINT      NOT NULL,
+		data         JSON,
+		deleted      BOOLEAN     NOT NULL DEFAULT false,
+		operation_id TEXT,
+		updated_at   TIMESTAMPTZ NOT NULL,
+		PRIMARY KEY (entity_id, version)
+	);
+	CREATE INDEX IF NOT EXISTS remote_versions_age ON remote_versions (updated_at)`,
 }
 
 // nextSeqSQL gives the actor's next feed position and sends the NOTIFY
@@ -88,6 +106,7 @@ func nextSeq(ctx context.Context, tx pgx.Tx, actor string) (int64, error) {
 type pgEntities struct {
 	pool    *pgxpool.Pool
 	ownPool bool
+	history int // versions kept per record (Config.HistoryVersions)
 	// testHookChangesRead is Config.TestHookChangesRead.
 	testHookChangesRead func(ctx context.Context)
 }
@@ -113,7 +132,7 @@ func openPool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-func newPGEntities(ctx context.Context, pool *pgxpool.Pool, own bool) (*pgEntities, error) {
+func newPGEntities(ctx context.Context, pool *pgxpool.Pool, own bool, history int) (*pgEntities, error) {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pgMigrationLock)); err != nil {
 			return err
@@ -142,10 +161,10 @@ func newPGEntities(ctx context.Context, pool *pgxpool.Pool, own bool) (*pgEntiti
 	if err != nil {
 		return nil, fmt.Errorf("remote: migrate: %w", err)
 	}
-	return &pgEntities{pool: pool, ownPool: own}, nil
+	return &pgEntities{pool: pool, ownPool: own, history: history}, nil
 }
 
-const entityColumns = `id, client_id, entity_type, data, payload_version, created_at, updated_at, deleted_at, version, operation_id, change_seq`
+const entityColumns = `id, client_id, entity_type, data, payload_version, created_at, updated_at, deleted_at, version, operation_id, change_seq, since, path_versions`
 
 func scanEntity(row pgx.Row) (*Entity, error) {
 	var (
@@ -154,14 +173,20 @@ func scanEntity(row pgx.Row) (*Entity, error) {
 		deletedAt *time.Time
 	)
 	var opID *string
+	var paths []byte
 	if err := row.Scan(&e.ID, &e.ClientID, &e.Type, &data, &e.PayloadVersion, &e.CreatedAt, &e.UpdatedAt, &deletedAt,
-		&e.Version, &opID, &e.seq); err != nil {
+		&e.Version, &opID, &e.seq, &e.since, &paths); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, ErrNotFound
 		}
 		return nil, err
 	}
 	e.Data = data
+	if len(paths) > 0 {
+		if err := json.Unmarshal(paths, &e.paths); err != nil {
+			return nil, fmt.Errorf("remote: decode path versions of %s: %w", e.ID, err)
+		}
+	}
 	if opID != nil {
 		e.OperationID = *opID
 	}
@@ -199,12 +224,13 @@ func (s *pgEntities) create(ctx context.Context, actor string, e *Entity) (*Enti
 		return nil, err
 	}
 	got, err := scanEntity(tx.QueryRow(ctx, `INSERT INTO remote_entities AS r
-		(id, actor_id, entity_type, client_id, data, payload_version, created_at, updated_at, version, operation_id, change_seq)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $7, 1, $8, $9)
+		(id, actor_id, entity_type, client_id, data, payload_version, created_at, updated_at, version, operation_id, change_seq, since)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $7, 1, $8, $9, 1)
 		ON CONFLICT (actor_id, entity_type, client_id) DO UPDATE
 		SET data = EXCLUDED.data, payload_version = EXCLUDED.payload_version,
 			created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at, deleted_at = NULL,
-			version = r.version + 1, operation_id = EXCLUDED.operation_id, change_seq = EXCLUDED.change_seq
+			version = r.version + 1, operation_id = EXCLUDED.operation_id, change_seq = EXCLUDED.change_seq,
+			since = r.version + 1, path_versions = NULL
 		WHERE r.deleted_at IS NOT NULL
 		RETURNING `+entityColumns,
 		e.ID, actor, e.Type, e.ClientID, string(e.Data), e.PayloadVersion, e.CreatedAt, e.OperationID, seq))
@@ -212,7 +238,8 @@ func (s *pgEntities) create(ctx context.Context, actor string, e *Entity) (*Enti
 	case err == nil:
 		e.ID = got.ID // a new row has e.ID; a row brought back keeps its own
 		e.Version, e.seq = got.Version, got.seq
-		return nil, nil
+		e.replaced()
+		return nil, s.keepVersion(ctx, tx, e)
 	case !errors.Is(err, ErrNotFound):
 		return nil, fmt.Errorf("remote: create: %w", err)
 	}
@@ -245,13 +272,117 @@ func (s *pgEntities) update(ctx context.Context, actor, typ, id string, fn func(
 		return e, nil
 	}
 	e.seq = seq
+	var paths []byte
+	if len(e.paths) > 0 {
+		if paths, err = json.Marshal(e.paths); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := tx.Exec(ctx, `UPDATE remote_entities
-		SET data = $2, payload_version = $3, updated_at = $4, deleted_at = $5, version = $6, operation_id = $7, change_seq = $8
+		SET data = $2, payload_version = $3, updated_at = $4, deleted_at = $5, version = $6, operation_id = $7, change_seq = $8,
+			since = $9, path_versions = $10
 		WHERE id = $1`,
-		e.ID, string(e.Data), e.PayloadVersion, e.UpdatedAt, e.DeletedAt, e.Version, e.OperationID, e.seq); err != nil {
+		e.ID, string(e.Data), e.PayloadVersion, e.UpdatedAt, e.DeletedAt, e.Version, e.OperationID, e.seq,
+		e.since, nullableJSON(paths)); err != nil {
 		return nil, fmt.Errorf("remote: update: %w", err)
 	}
-	return e, nil
+	return e, s.keepVersion(ctx, tx, e)
+}
+
+func nullableJSON(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// keepVersion adds e's version to its history and drops the versions
+// past the s.history newest.
+func (s *pgEntities) keepVersion(ctx context.Context, tx pgx.Tx, e *Entity) error {
+	if s.history < 0 {
+		return nil
+	}
+	h := e.historyEntry()
+	var data any
+	if h.Data != nil {
+		data = string(h.Data)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO remote_versions (entity_id, version, data, deleted, operation_id, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (entity_id, version) DO UPDATE SET data = EXCLUDED.data, deleted = EXCLUDED.deleted,
+			operation_id = EXCLUDED.operation_id, updated_at = EXCLUDED.updated_at`,
+		e.ID, h.Version, data, h.Deleted, h.OperationID, h.UpdatedAt); err != nil {
+		return fmt.Errorf("remote: keep version: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM remote_versions WHERE entity_id = $1 AND version <= $2`,
+		e.ID, e.Version-int64(max(s.history, 1))); err != nil {
+		return fmt.Errorf("remote: drop old versions: %w", err)
+	}
+	return nil
+}
+
+func scanVersion(row pgx.Row) (Version, error) {
+	var (
+		h    Version
+		data []byte
+		opID *string
+	)
+	if err := row.Scan(&h.Version, &data, &h.Deleted, &opID, &h.UpdatedAt); err != nil {
+		return h, err
+	}
+	h.Data = data
+	if opID != nil {
+		h.OperationID = *opID
+	}
+	h.UpdatedAt = h.UpdatedAt.UTC()
+	return h, nil
+}
+
+func (s *pgEntities) versions(ctx context.Context, actor, typ, id string, limit int) ([]Version, error) {
+	if _, err := s.get(ctx, actor, typ, id); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT version, data, deleted, operation_id, updated_at FROM remote_versions
+		WHERE entity_id = $1 ORDER BY version DESC LIMIT $2`, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("remote: versions: %w", err)
+	}
+	defer rows.Close()
+	var out []Version
+	for rows.Next() {
+		h, err := scanVersion(rows)
+		if err != nil {
+			return nil, fmt.Errorf("remote: versions: %w", err)
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+func (s *pgEntities) version(ctx context.Context, id string, v int64) (Version, bool, error) {
+	tx, err := pgTx(ctx)
+	if err != nil {
+		return Version{}, false, err
+	}
+	h, err := scanVersion(tx.QueryRow(ctx, `SELECT version, data, deleted, operation_id, updated_at FROM remote_versions
+		WHERE entity_id = $1 AND version = $2`, id, v))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Version{}, false, nil
+	case err != nil:
+		return Version{}, false, fmt.Errorf("remote: version: %w", err)
+	}
+	return h, true, nil
+}
+
+func (s *pgEntities) sweepHistory(ctx context.Context, before time.Time) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM remote_versions AS v
+		WHERE v.updated_at < $1 AND NOT EXISTS (
+			SELECT 1 FROM remote_entities AS r WHERE r.id = v.entity_id AND r.version = v.version)`, before)
+	if err != nil {
+		return 0, fmt.Errorf("remote: sweep versions: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 func (s *pgEntities) get(ctx context.Context, actor, typ, id string) (*Entity, error) {

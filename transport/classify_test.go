@@ -34,10 +34,14 @@ func TestClassifyStatus(t *testing.T) {
 		serverVer  int64
 	}{
 		{
-			name:     "200 create holding the data sent, and more (a discarded create may have left it)",
+			// A merging server laid the create over another device's
+			// record, or a discarded create left more: the record holds
+			// the data sent, and the daemon takes the rest from the
+			// answer's data (Outcome.Data).
+			name:     "200 create holding the data sent, and more",
 			req:      createReq(),
 			handler:  reply(200, `{"id":"srv-9","data":{"title":"hi","addedByServer":true},"payloadVersion":3}`),
-			decision: Done, serverID: "srv-9", otherData: true, serverVer: 3,
+			decision: Done, serverID: "srv-9",
 		},
 		{
 			name:     "200 create holding the data sent, written otherwise",

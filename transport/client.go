@@ -14,11 +14,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/syncd/syncd/idempotency/fieldmerge"
 )
 
 // Client sends operations to the remote server and classifies the
@@ -288,6 +289,9 @@ func (c *Client) classify(r Request, tr typeRoutes, resp *http.Response, body []
 	st := resp.StatusCode
 	if st >= 200 && st <= 299 {
 		o.ServerVersion = recordVersion(body)
+		if r.Op != OpDelete && !truncated {
+			o.Data = recordData(body)
+		}
 		if r.Op != OpCreate {
 			o.Decision, o.ServerID = Done, r.ServerID
 			return o
@@ -376,8 +380,20 @@ func recordVersion(body []byte) int64 {
 	return max(payloadVersion(rec.Version), 0)
 }
 
+// recordData reads a write answer's "data" object, nil when it has none.
+func recordData(body []byte) json.RawMessage {
+	var rec struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if json.Unmarshal(body, &rec) != nil || len(rec.Data) == 0 || rec.Data[0] != '{' {
+		return nil
+	}
+	return rec.Data
+}
+
 // conflictCurrent reads the "current" record of a version_conflict
-// answer: its version, data and whether it is deleted.
+// answer: its id, version, data and whether it is deleted, and a
+// merging server's "paths" in conflict and "base" record.
 func conflictCurrent(body []byte) *Current {
 	var ans struct {
 		Current struct {
@@ -385,6 +401,10 @@ func conflictCurrent(body []byte) *Current {
 			Deleted bool            `json:"deleted"`
 			Data    json.RawMessage `json:"data"`
 		} `json:"current"`
+		Paths []string `json:"paths"`
+		Base  struct {
+			Data json.RawMessage `json:"data"`
+		} `json:"base"`
 	}
 	cur := &Current{}
 	if json.Unmarshal(body, &ans) != nil {
@@ -392,8 +412,17 @@ func conflictCurrent(body []byte) *Current {
 	}
 	cur.Version = max(payloadVersion(ans.Current.Version), 0)
 	cur.Deleted = ans.Current.Deleted
+	if id, ok := serverID(body, []string{"current", "id"}); ok {
+		cur.ID = id
+	}
 	if !cur.Deleted && len(ans.Current.Data) > 0 && ans.Current.Data[0] == '{' {
 		cur.Data = ans.Current.Data
+		if fieldmerge.ParsePaths(ans.Paths) == nil {
+			cur.Paths = ans.Paths
+		}
+		if len(ans.Base.Data) > 0 && ans.Base.Data[0] == '{' {
+			cur.Base = ans.Base.Data
+		}
 	}
 	return cur
 }
@@ -437,14 +466,23 @@ func otherData(body []byte, sent json.RawMessage) (differs bool, version int64) 
 	if json.Unmarshal(body, &rec) != nil {
 		return false, 0
 	}
-	var held, want map[string]any
-	if decodeObject(rec.Data, &held) != nil || held == nil || decodeObject(sent, &want) != nil {
+	var held map[string]any
+	if decodeObject(rec.Data, &held) != nil || held == nil {
 		return false, 0
 	}
-	if reflect.DeepEqual(held, want) {
+	// A member the record lacks or holds another value for, at any
+	// depth: a record holding more (a merging server laid the create
+	// over another device's) still holds the create's data.
+	diff, err := fieldmerge.Diff(sent, rec.Data)
+	if err != nil {
 		return false, 0
 	}
-	return true, payloadVersion(rec.PayloadVersion)
+	for _, p := range diff {
+		if _, ok, _ := fieldmerge.Get(sent, p); ok {
+			return true, payloadVersion(rec.PayloadVersion)
+		}
+	}
+	return false, 0
 }
 
 // payloadVersion reads a record's version: a JSON number or a string of

@@ -114,9 +114,18 @@ const (
 
 // Current is the server's record in a conflict answer.
 type Current struct {
+	// ID is the record's server id, when the answer names it (a create's
+	// conflict: the record another device made under the same client id).
+	ID      string
 	Version int64
 	Deleted bool
 	Data    json.RawMessage // absent when deleted
+	// Paths are the fields in conflict (JSON pointers), from a merging
+	// server's answer ("paths"); empty: the whole record.
+	Paths []string
+	// Base is the record's data at the version the change was made on,
+	// from the answer's "base", when the server still keeps it.
+	Base json.RawMessage
 }
 
 // serverInFlightCodes are error codes a 409 may carry for "the same key is
@@ -164,6 +173,11 @@ type Outcome struct {
 	// answer's "version" (0 when it carries none). The daemon stores it,
 	// and skips the change when the feed brings it back.
 	ServerVersion int64
+
+	// Data is the record's data after a create or update, from the
+	// answer's "data" object (nil when it carries none): a merging server
+	// answers the sent fields merged with what other devices wrote.
+	Data json.RawMessage
 
 	// Current is the server's record when Decision is Conflict (its
 	// version and data from a 409's "current"; deleted for a 410).

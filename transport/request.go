@@ -45,6 +45,12 @@ type Request struct {
 	// Data is the entity's full data (JSON), sent by create and update.
 	Data json.RawMessage
 
+	// Paths are the fields an update changes (JSON pointers, package
+	// fieldmerge), sent beside the full data as "paths" so a merging
+	// server applies only them. Nil: the change is the whole data, and
+	// no paths are sent.
+	Paths []string
+
 	// PayloadVersion is sent by create and update as payloadVersion.
 	PayloadVersion int64
 
@@ -81,6 +87,16 @@ type updateBody struct {
 	Data           json.RawMessage `json:"data"`
 	PayloadVersion int64           `json:"payloadVersion"`
 	BaseVersion    *int64          `json:"baseVersion,omitempty"`
+	Paths          *[]string       `json:"paths,omitempty"`
+}
+
+// paths is the "paths" r sends: none for nil, else the list (empty
+// included).
+func (r Request) paths() *[]string {
+	if r.Paths == nil {
+		return nil
+	}
+	return &r.Paths
 }
 
 // base is the baseVersion r sends, nil for none.
@@ -133,7 +149,7 @@ func (c *Client) build(r Request) (*http.Request, typeRoutes, *Outcome) {
 	case OpCreate:
 		rt, body = tr.create, createBody{ClientID: r.EntityID, Data: r.Data, PayloadVersion: r.PayloadVersion}
 	case OpUpdate:
-		rt, body = tr.update, updateBody{Data: r.Data, PayloadVersion: r.PayloadVersion, BaseVersion: r.base()}
+		rt, body = tr.update, updateBody{Data: r.Data, PayloadVersion: r.PayloadVersion, BaseVersion: r.base(), Paths: r.paths()}
 	case OpDelete:
 		rt = tr.delete
 	default:

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/syncd/syncd/internal/faultproxy"
+	"github.com/syncd/syncd/remote"
 	"github.com/syncd/syncd/queue"
 	"github.com/syncd/syncd/transport"
 )
@@ -832,7 +833,10 @@ func TestRecreateAfterDelete(t *testing.T) {
 // does not keep the discarded data while the entity reads as synced.
 func TestCreateAnsweredWithOtherData(t *testing.T) {
 	t.Parallel()
-	e := setup(t, envOpts{cfg: Config{Policy: transport.Policy{MaxElapsed: 30 * 24 * time.Hour}}})
+	// Record-level (lww): a merging server would merge the create into
+	// the record the discarded one left, or refuse it on "v".
+	e := setup(t, envOpts{cfg: Config{Policy: transport.Policy{MaxElapsed: 30 * 24 * time.Hour}},
+		remoteCfg: remote.Config{Conflicts: map[string]remote.Policy{"*": remote.PolicyLWW}}})
 	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
 		if strings.Contains(string(r.Body), `"old"`) {
 			return faultproxy.Action{Kind: faultproxy.DropResponse}

@@ -105,6 +105,7 @@ func (d *Daemon) request(op queue.Operation, token string) (transport.Request, e
 		EntityID:       op.EntityID,
 		Data:           json.RawMessage(op.Payload),
 		PayloadVersion: op.PayloadVersion,
+		Paths:          op.Paths,
 		Token:          token,
 	}
 	if op.Type != queue.OpCreate {
@@ -184,7 +185,7 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 	case transport.Done:
 		d.metrics.attempt(doneResult(o))
 		comp := queue.Completion{ServerID: o.ServerID, OtherData: o.OtherData, ServerPayloadVersion: o.ServerPayloadVersion,
-			ServerVersion: o.ServerVersion}
+			ServerVersion: o.ServerVersion, Data: o.Data}
 		if o.OtherData {
 			d.logger.Warn("daemon: the server already held other data under the create's id; the entity's data follows as an update unless it is deleted", "operation", op.ID, "entityType", op.EntityType, "entityId", op.EntityID, "serverId", o.ServerID)
 		}
@@ -281,7 +282,8 @@ func (d *Daemon) record(c claimed, o transport.Outcome, leaseCut, chain bool) (n
 		d.metrics.attempt(o.Code)
 		var cur queue.ServerState
 		if o.Current != nil {
-			cur = queue.ServerState{Version: o.Current.Version, Deleted: o.Current.Deleted, Data: o.Current.Data}
+			cur = queue.ServerState{ID: o.Current.ID, Version: o.Current.Version, Deleted: o.Current.Deleted, Data: o.Current.Data,
+				Paths: o.Current.Paths, Base: o.Current.Base}
 		}
 		d.logger.Info("daemon: the server holds a newer version written elsewhere; the entity is in conflict", "operation", op.ID,
 			"entityType", op.EntityType, "entityId", op.EntityID, "code", o.Code, "serverVersion", cur.Version)

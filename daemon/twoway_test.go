@@ -277,7 +277,7 @@ func TestTwoDevicesBootstrapAndLive(t *testing.T) {
 // and both devices end with the server's record.
 func TestTwoDevicesConcurrentEditsConverge(t *testing.T) {
 	t.Parallel()
-	w := newTwoWay(t, remote.Config{})
+	w := newTwoWay(t, remote.Config{Conflicts: map[string]remote.Policy{"*": remote.PolicyLWW}}) // the same field on both: last writer wins
 	a := w.device("A", Config{})
 	a.write(queue.OpCreate, "x", `{"v":0}`)
 	a.waitFor("sent", a.synced)

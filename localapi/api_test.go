@@ -361,7 +361,7 @@ func (f fakeStore) ApplyBatch(context.Context, []queue.Write, bool) ([]queue.Res
 	return nil, f.err
 }
 
-func (f fakeStore) Resolve(context.Context, string, string, string, string, string) (queue.Entity, bool, error) {
+func (f fakeStore) ResolveWith(context.Context, string, string, string, queue.Resolution, string) (queue.Entity, bool, error) {
 	return queue.Entity{}, false, f.err
 }
 

@@ -306,23 +306,51 @@ type resolveAnswer struct {
 	Removed     bool   `json:"removed,omitempty"`
 }
 
-// POST /v1/entities/{type}/{id}/resolve {"take":"server"|"local"} → 200
-// the entity. Only an entity in conflict can be resolved (409
-// no_conflict otherwise).
+// POST /v1/entities/{type}/{id}/resolve → 200 the entity. The body is
+// one of {"take":"server"|"local"}, {"paths":{"/title":"local",
+// "/done":"server"}} (a side for each field in conflict; this device's
+// other changes are kept) or {"data":{...}} (the merged data). Only an
+// entity in conflict can be resolved (409 no_conflict otherwise).
 func (s *Server) resolveEntity(w http.ResponseWriter, r *http.Request) {
 	typ, id, err := entityPath(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	var take string
-	if _, err := s.parseWrite(r, &field{name: "take", dst: &take, required: true}); err != nil {
+	var res queue.Resolution
+	fTake := &field{name: "take", dst: &res.Take}
+	fPaths := &field{name: "paths", dst: &res.Paths}
+	fData := &field{name: "data", dst: &res.Data}
+	if _, err := s.parseWrite(r, fTake, fPaths, fData); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if take != queue.TakeServer && take != queue.TakeLocal {
+	given := 0
+	for _, f := range []*field{fTake, fPaths, fData} {
+		if f.present {
+			given++
+		}
+	}
+	switch {
+	case given != 1:
+		s.fail(w, r, badRequest(CodeInvalidRequest, `give one of "take", "paths" or "data"`))
+		return
+	case fTake.present && res.Take != queue.TakeServer && res.Take != queue.TakeLocal:
 		s.fail(w, r, badRequest(CodeInvalidRequest, `take must be "server" or "local"`))
 		return
+	case fPaths.present && res.Paths == nil:
+		s.fail(w, r, badRequest(CodeInvalidRequest, `paths must be an object mapping each field in conflict to "local" or "server"`))
+		return
+	case fData.present && (len(res.Data) == 0 || res.Data[0] != '{'):
+		s.fail(w, r, badRequest(CodeInvalidRequest, "data must be a JSON object"))
+		return
+	}
+	take := res.Take
+	switch {
+	case fPaths.present:
+		take = "paths"
+	case fData.present:
+		take = "data"
 	}
 	if err := s.lookupType(r, typ); err != nil {
 		s.fail(w, r, err)
@@ -335,7 +363,7 @@ func (s *Server) resolveEntity(w http.ResponseWriter, r *http.Request) {
 	g := callerOf(r)
 	err = g.commit(func() error {
 		return s.d.AccountWrite(func(account string) error {
-			e, removed, err = s.store.Resolve(r.Context(), account, typ, id, take, g.appName())
+			e, removed, err = s.store.ResolveWith(r.Context(), account, typ, id, res, g.appName())
 			return err
 		})
 	})
@@ -349,7 +377,7 @@ func (s *Server) resolveEntity(w http.ResponseWriter, r *http.Request) {
 	s.d.Notify()
 	s.auditApp(r, "resolve take="+take, "entity", typ+"/"+id)
 	ans := resolveAnswer{Entity: e, Removed: removed}
-	if take == queue.TakeLocal && !removed {
+	if e.SyncState == queue.SyncPending && !removed {
 		ans.OperationID = e.LastOperationID
 	}
 	writeJSON(w, http.StatusOK, ans)

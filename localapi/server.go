@@ -74,7 +74,7 @@ type Store interface {
 	ListOperations(opts queue.ListOptions) ([]queue.Operation, string, error)
 	Retry(ctx context.Context, id string) (queue.Operation, error)
 	Discard(ctx context.Context, id string) error
-	Resolve(ctx context.Context, account, entityType, id, take, app string) (queue.Entity, bool, error)
+	ResolveWith(ctx context.Context, account, entityType, id string, r queue.Resolution, app string) (queue.Entity, bool, error)
 	ApplyBatch(ctx context.Context, ws []queue.Write, ordered bool) ([]queue.Result, error)
 	// The app registry, and the counts an app token's status shows.
 	AddApp(ctx context.Context, a queue.App) (queue.App, error)

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -585,13 +586,34 @@ func (w *txw) adoptServer(e *Entity) error {
 }
 
 func (w *txw) entityEvent(e *Entity, typ string) error {
-	return w.event(Event{
+	ev := Event{
 		Type:        typ,
 		AccountID:   e.AccountID,
 		EntityType:  e.Type,
 		EntityID:    e.ID,
 		OperationID: e.LastOperationID,
 		SyncState:   e.SyncState,
+	}
+	if typ == EventEntityChanged && e.SyncState == SyncConflict && e.Server != nil && len(e.Server.Paths) > 0 {
+		// A conflict field by field: its fields.
+		ev.Data, _ = json.Marshal(map[string]any{"conflictPaths": e.Server.Paths})
+	}
+	return w.event(ev)
+}
+
+// mergedEvent is the entity.changed event of fields the server's record
+// brought into e while its own edits wait (origin "remote": a pull;
+// "answer": a merging server's answer to this device's write).
+func (w *txw) mergedEvent(e *Entity, origin string, paths []string) error {
+	data, _ := json.Marshal(map[string]any{"origin": origin, "paths": paths})
+	return w.event(Event{
+		Type:        EventEntityChanged,
+		AccountID:   e.AccountID,
+		EntityType:  e.Type,
+		EntityID:    e.ID,
+		OperationID: e.LastOperationID,
+		SyncState:   e.SyncState,
+		Data:        data,
 	})
 }
 

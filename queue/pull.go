@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/syncd/syncd/idempotency/fieldmerge"
 	"github.com/syncd/syncd/internal/jsonstrict"
 	bolt "go.etcd.io/bbolt"
 )
@@ -341,9 +343,24 @@ func (tx *txw) applyChange(account string, c *Change, fullPass, force bool, res 
 		}
 		e.setServer(srv)
 		res.Kept++
+		// The server's other fields show at once: the entity's data is
+		// the record with the fields of the queued edits laid over it
+		// (fields.go). The edits still go out on their own base.
+		var merged []string
+		if !c.Deleted && missing == "" && c.ServerID == e.ServerID {
+			if _, merged, err = tx.takeServerData(e, c.Data); err != nil {
+				return err
+			}
+		}
 		// The record beside may make a refused head a conflict the app
 		// can resolve (reconcile says which).
-		return tx.reconcile(e, true)
+		if err := tx.reconcile(e, true); err != nil {
+			return err
+		}
+		if len(merged) > 0 {
+			return tx.mergedEvent(e, "remote", merged)
+		}
+		return nil
 	}
 	res.Applied++
 	if c.Deleted {
@@ -469,8 +486,15 @@ func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, s
 			return err
 		}
 		srv := server
+		if srv.Base != nil {
+			if b, err := canonicalJSON(srv.Base); err == nil && len(b) <= tx.s.cfg.MaxDataBytes {
+				srv.Base = b
+			} else {
+				srv.Base = nil
+			}
+		}
 		if srv.Deleted {
-			srv.Data = nil
+			srv.Data, srv.Paths, srv.Base = nil, nil, nil
 		} else if c, err := canonicalJSON(srv.Data); err == nil && len(c) <= tx.s.cfg.MaxDataBytes {
 			srv.Data = c
 		} else {
@@ -527,9 +551,60 @@ var ErrNoConflict = errors.New("queue: the entity is not in conflict")
 // app names the app that resolved (Operation.App of the operation
 // TakeLocal queues); empty for the admin token.
 func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app string) (e Entity, removed bool, err error) {
-	if take != TakeServer && take != TakeLocal {
+	return s.ResolveWith(ctx, account, entityType, id, Resolution{Take: take}, app)
+}
+
+// Resolution is how the app settles a conflict (Store.ResolveWith):
+// exactly one of its fields is set.
+type Resolution struct {
+	// Take is TakeServer or TakeLocal, for the whole entity. Under a
+	// conflict field by field (the server named the fields), TakeLocal
+	// keeps this device's changed fields laid over the server's record,
+	// not the whole local data.
+	Take string
+	// Paths picks a side per field in conflict: each of them (Conflict
+	// paths, and only those) maps to TakeLocal or TakeServer. This
+	// device's changes to other fields are kept.
+	Paths map[string]string
+	// Data is the merged data the app made itself: a JSON object.
+	Data json.RawMessage
+}
+
+// ResolveWith settles an entity in conflict as r says (Resolve for the
+// whole entity). A resolution that keeps anything of this device goes
+// out as a new operation on the server's current version: an update
+// naming the fields in which it differs from the server's record (a
+// create when the server deleted it). One that keeps nothing of this
+// device is TakeServer.
+func (s *Store) ResolveWith(ctx context.Context, account, entityType, id string, r Resolution, app string) (e Entity, removed bool, err error) {
+	n := 0
+	for _, set := range []bool{r.Take != "", r.Paths != nil, r.Data != nil} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return e, false, fmt.Errorf("%w: give one of take, paths or data", ErrInvalidWrite)
+	}
+	if r.Take != "" && r.Take != TakeServer && r.Take != TakeLocal {
 		return e, false, fmt.Errorf("%w: take must be %q or %q", ErrInvalidWrite, TakeServer, TakeLocal)
 	}
+	var data json.RawMessage
+	if r.Data != nil {
+		if !bytes.HasPrefix(bytes.TrimSpace(r.Data), []byte("{")) {
+			return e, false, fmt.Errorf("%w: data must be a JSON object", ErrInvalidWrite)
+		}
+		if err := jsonstrict.Check(r.Data, MaxDataDepth); err != nil {
+			return e, false, fmt.Errorf("%w: data: %v", ErrInvalidWrite, err)
+		}
+		if data, err = canonicalJSON(r.Data); err != nil {
+			return e, false, fmt.Errorf("%w: data must be a JSON object: %v", ErrInvalidWrite, err)
+		}
+		if len(data) > s.cfg.MaxDataBytes {
+			return e, false, fmt.Errorf("%w: data is %d bytes, more than the limit of %d", ErrInvalidWrite, len(data), s.cfg.MaxDataBytes)
+		}
+	}
+	take := r.Take
 	err = s.update(ctx, func(tx *txw) error {
 		removed = false
 		ent, err := tx.loadEntity(account, entityType, id)
@@ -543,6 +618,28 @@ func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app 
 			return fmt.Errorf("%w: %s/%s is %s", ErrNoConflict, entityType, id, ent.SyncState)
 		}
 		srv := *ent.Server
+		// What the resolution keeps: nil for the local data as it is
+		// (TakeLocal of a whole-record conflict), else the data to send.
+		result, err := tx.resolved(ent, r, data)
+		if err != nil {
+			return err
+		}
+		take := take
+		var opPaths []string
+		if result != nil {
+			take = TakeLocal
+			if !srv.Deleted && srv.Data != nil {
+				if opPaths, err = fieldmerge.Diff(srv.Data, result); err != nil {
+					return fmt.Errorf("%w: %v", ErrInvalidWrite, err)
+				}
+				if len(opPaths) == 0 && !ent.Deleted {
+					take = TakeServer // it keeps nothing of this device
+				}
+			}
+			if take == TakeLocal {
+				ent.Data, ent.Deleted = result, false
+			}
+		}
 		if srv.ID != "" {
 			ent.ServerID = srv.ID // another record under the same id: the one to write to
 		}
@@ -638,6 +735,9 @@ func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app 
 			return err
 		}
 		op.App = app
+		if typ == OpUpdate && result != nil {
+			op.Paths = opPaths
+		}
 		if err := purge(op); err != nil {
 			return err
 		}
@@ -654,6 +754,74 @@ func (s *Store) Resolve(ctx context.Context, account, entityType, id, take, app 
 		return tx.entityEvent(ent, EventEntityChanged)
 	})
 	return e, removed, err
+}
+
+// resolved returns the data a resolution r of e's conflict keeps (data:
+// r.Data, canonical), or nil for TakeServer and for TakeLocal of the
+// local data as it is.
+func (tx *txw) resolved(e *Entity, r Resolution, data json.RawMessage) (json.RawMessage, error) {
+	srv := e.Server
+	if data != nil {
+		return data, nil
+	}
+	byField := !srv.Deleted && srv.Data != nil && len(srv.Paths) > 0 && !e.Deleted && e.Data != nil
+	if r.Take != "" {
+		if r.Take == TakeServer || !byField {
+			return nil, nil
+		}
+		// This device's changed fields laid over the server's record.
+		paths, known, err := tx.pendingPaths(e)
+		if err != nil || !known {
+			return nil, err
+		}
+		return layPending(srv.Data, e, append(paths, srv.Paths...)), nil
+	}
+	if !byField {
+		return nil, fmt.Errorf("%w: this conflict is not field by field (the server named no fields, or one side deleted the entity): take server or local, or give the merged data", ErrInvalidWrite)
+	}
+	var missing []string
+	for _, p := range srv.Paths {
+		if _, ok := r.Paths[p]; !ok {
+			missing = append(missing, p)
+		}
+	}
+	for p, side := range r.Paths {
+		if !slices.Contains(srv.Paths, p) {
+			return nil, fmt.Errorf("%w: %q is not a field in conflict (those are %s)", ErrInvalidWrite, p, fieldmerge.Quote(srv.Paths))
+		}
+		if side != TakeLocal && side != TakeServer {
+			return nil, fmt.Errorf("%w: the side of %q must be %q or %q", ErrInvalidWrite, p, TakeLocal, TakeServer)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: no side given for %s", ErrInvalidWrite, fieldmerge.Quote(missing))
+	}
+	paths, known, err := tx.pendingPaths(e)
+	if err != nil {
+		return nil, err
+	}
+	if !known {
+		paths, err = fieldmerge.Diff(srv.Data, e.Data) // the local data is all this device's
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidWrite, err)
+		}
+	}
+	keep := []string{}
+	for _, p := range paths {
+		if !slices.Contains(srv.Paths, p) {
+			keep = append(keep, p)
+		}
+	}
+	for p, side := range r.Paths {
+		if side == TakeLocal {
+			keep = append(keep, p)
+		}
+	}
+	out := layPending(srv.Data, e, keep)
+	if out == nil {
+		return nil, fmt.Errorf("%w: the fields cannot be merged", ErrInvalidWrite)
+	}
+	return out, nil
 }
 
 // newer reports whether s, a record of the server under e's client id,

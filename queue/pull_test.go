@@ -93,16 +93,17 @@ func TestApplyChangesRules(t *testing.T) {
 		t.Fatalf("b changed by an old version: %+v", b)
 	}
 
-	// A local edit waiting to be sent wins locally; the server's record
-	// is kept beside it, and the edit goes out based on the version it
-	// was made on.
+	// A local edit waiting to be sent wins locally on the fields it
+	// changes; the server's other fields show at once (the server's
+	// record with the edit laid over it), the record is kept beside it,
+	// and the edit goes out based on the version it was made on.
 	mustApply(t, s, Write{Op: OpUpdate, EntityID: "a", Data: json.RawMessage(`{"local":true}`)})
 	res = applyPage(t, s, "c2", "c3", false, change("a", 3, `{"v":3}`))
 	if res.Kept != 1 {
 		t.Fatalf("page over a pending edit: %+v", res)
 	}
 	a, _ = entity(t, s, "a")
-	if a.SyncState != SyncPending || string(a.Data) != `{"local":true,"v":2}` || a.ServerVersion != 2 ||
+	if a.SyncState != SyncPending || string(a.Data) != `{"local":true,"v":3}` || a.ServerVersion != 2 ||
 		a.Server == nil || a.Server.Version != 3 || string(a.Server.Data) != `{"v":3}` {
 		t.Fatalf("a with a pending edit after a pull: %+v (server %+v)", a, a.Server)
 	}

@@ -35,6 +35,7 @@ func (s *Store) GetEntity(account, entityType, id string) (Entity, error) {
 		}
 		e = *row
 		markEntityBlocked(tx, &e)
+		e.Conflict = e.conflictView()
 		return nil
 	})
 	return e, err
@@ -120,6 +121,7 @@ func (s *Store) ListEntities(account, entityType string, opts ListOptions) (item
 				continue
 			}
 			markEntityBlocked(tx, e)
+			e.Conflict = e.conflictView()
 			items = append(items, *e)
 			size += len(e.Data)
 		}

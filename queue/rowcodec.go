@@ -62,6 +62,8 @@ const (
 	entUnbased
 	entServerRecMissing
 	entSyncCode
+	entServerRecPaths // Entity.Server.Paths, a JSON array
+	entServerRecBase  // Entity.Server.Base
 	entFields
 )
 
@@ -93,6 +95,7 @@ const (
 	opPayloadInEntity // the payload is the entity row's data
 	opAfter
 	opApp
+	opPaths // Operation.Paths, a JSON array
 	opFields
 )
 
@@ -478,7 +481,35 @@ func encodeEntity(e *Entity, refs []uint64) []byte {
 		w.str(entServerRecMissing, e.Server.Missing)
 	}
 	w.str(entSyncCode, e.SyncCode)
+	if e.Server != nil {
+		w.bytes(entServerRecPaths, pathsRow(e.Server.Paths))
+		w.bytes(entServerRecBase, e.Server.Base)
+	}
 	return w.finish()
+}
+
+// pathsRow is a list of paths as a row stores it: a JSON array, nil for
+// a nil list.
+func pathsRow(paths []string) []byte {
+	if paths == nil {
+		return nil
+	}
+	b, _ := json.Marshal(paths)
+	return b
+}
+
+// readPaths reads a list of paths pathsRow wrote.
+func (r *rowReader) paths(field int) []string {
+	b := r.bytes(field)
+	if b == nil {
+		return nil
+	}
+	paths := []string{}
+	if err := json.Unmarshal(b, &paths); err != nil {
+		r.fail()
+		return nil
+	}
+	return paths
 }
 
 // decodeEntity reads the row v stored under key k, in either form.
@@ -533,6 +564,12 @@ func decodeEntityRow(k, v []byte, alias bool) (e *Entity, refs []uint64, err err
 		e.Server.Missing = r.str(entServerRecMissing)
 	}
 	e.SyncCode = r.str(entSyncCode)
+	if e.Server != nil {
+		e.Server.Paths = r.paths(entServerRecPaths)
+		if base := r.bytes(entServerRecBase); len(base) > 0 {
+			e.Server.Base = bytes.Clone(base)
+		}
+	}
 	if err := r.done(); err != nil {
 		return nil, nil, fmt.Errorf("queue: decode entity %q: %w", k, err)
 	}
@@ -562,6 +599,8 @@ func entityDataRefs(v []byte) (data []byte, refs []uint64, err error) {
 	r.skipStr(entServerRecID)
 	r.skipStr(entServerRecMissing)
 	r.skipStr(entSyncCode)
+	r.bytes(entServerRecPaths)
+	r.bytes(entServerRecBase)
 	return data, refs, r.done()
 }
 
@@ -570,7 +609,8 @@ func entityDataRefs(v []byte) (data []byte, refs []uint64, err error) {
 // least 1 (a version below would read back as 1). Call it before the
 // version is read.
 func (r *rowReader) checkServerRec() {
-	const rest = 1<<entServerRecDeleted | 1<<entServerRecData | 1<<entServerRecID | 1<<entServerRecMissing
+	const rest = 1<<entServerRecDeleted | 1<<entServerRecData | 1<<entServerRecID | 1<<entServerRecMissing |
+		1<<entServerRecPaths | 1<<entServerRecBase
 	if r.err != nil {
 		return
 	}
@@ -684,6 +724,7 @@ func encodeOp(op *Operation, inEntity bool) []byte {
 	w.bool(opPayloadInEntity, inEntity)
 	w.str(opAfter, op.After)
 	w.str(opApp, op.App)
+	w.bytes(opPaths, pathsRow(op.Paths))
 	return w.finish()
 }
 
@@ -729,6 +770,7 @@ func decodeOp(seq uint64, v []byte) (op *Operation, inEntity bool, err error) {
 	inEntity = r.is(opPayloadInEntity)
 	op.After = r.str(opAfter)
 	op.App = r.str(opApp)
+	op.Paths = r.paths(opPaths)
 	if inEntity && r.is(opPayload) {
 		r.err = fmt.Errorf("%w: a payload both in the row and in the entity's", errRow)
 	}

@@ -53,6 +53,17 @@ func drawTime(t *rapid.T, label string) time.Time {
 // fillRandom sets every exported field of the struct v points to, by its
 // type. A field of a type it does not know fails the test: teach the row
 // codec (rowcodec.go) the new field, then this function its type.
+// drawPaths draws a list of paths: nil, empty or a few.
+func drawPaths(t *rapid.T, name string) []string {
+	switch rapid.IntRange(0, 2).Draw(t, name+" kind") {
+	case 0:
+		return nil
+	case 1:
+		return []string{}
+	}
+	return rapid.SliceOfN(rapid.StringMatching(`(/[a-z~0-1]{0,4}){1,3}`), 1, 4).Draw(t, name)
+}
+
 func fillRandom(t *rapid.T, v any, skip ...string) {
 	rv := reflect.ValueOf(v).Elem()
 	for i := range rv.NumField() {
@@ -82,6 +93,10 @@ func fillRandom(t *rapid.T, v any, skip ...string) {
 			fv.SetInt(rapid.Int64().Draw(t, f.Name))
 		case uint64:
 			fv.SetUint(rapid.Uint64().Draw(t, f.Name))
+		case []string:
+			if p := drawPaths(t, f.Name); p != nil {
+				fv.Set(reflect.ValueOf(p))
+			}
 		case *ServerState:
 			if rapid.Bool().Draw(t, f.Name) {
 				srv := &ServerState{Version: rapid.Int64Range(1, 1<<62).Draw(t, f.Name+" version"), Deleted: rapid.Bool().Draw(t, f.Name+" deleted")}
@@ -90,6 +105,10 @@ func fillRandom(t *rapid.T, v any, skip ...string) {
 				}
 				srv.ID = drawString(t, f.Name+" id")
 				srv.Missing = drawString(t, f.Name+" missing")
+				srv.Paths = drawPaths(t, f.Name+" paths")
+				if b := rapid.SliceOf(rapid.Byte()).Draw(t, f.Name+" base"); len(b) > 0 {
+					srv.Base = b
+				}
 				fv.Set(reflect.ValueOf(srv))
 			}
 		default:
@@ -149,7 +168,7 @@ func TestRowCodecRoundTrip(t *testing.T) {
 		}
 
 		var e Entity
-		fillRandom(t, &e, "AccountID", "Type", "ID", "Blocked", "BlockedBy")
+		fillRandom(t, &e, "AccountID", "Type", "ID", "Blocked", "BlockedBy", "Conflict")
 		e.AccountID = rapid.StringMatching(`[a-z0-9.@-]{1,20}`).Draw(t, "account")
 		e.Type = rapid.StringMatching(`[a-z]{1,10}`).Draw(t, "type")
 		e.ID = rapid.StringMatching(`[!-~]{1,40}`).Draw(t, "id")

@@ -207,6 +207,24 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 			resent, changed = true, true
 		}
 	}
+	var merged []string
+	if op.Type != OpDelete && !c.OtherData && c.Data != nil && c.ServerVersion > 0 &&
+		c.ServerVersion == e.ServerVersion && !e.serverAhead() {
+		// The record as the server holds it after this write: a merging
+		// server's answer holds other devices' fields too. The entity
+		// takes it, its edits still queued laid over it.
+		if data, err := canonicalJSON(c.Data); err == nil {
+			if payload, err := canonicalJSON(op.Payload); err != nil || string(payload) != string(data) {
+				synced = "" // the server holds other data than this op's
+			}
+			var took bool
+			if took, merged, err = tx.takeServerData(e, data); err != nil {
+				return nil, err
+			} else if took {
+				changed = true
+			}
+		}
+	}
 	if e.SyncedOperationID != synced {
 		e.SyncedOperationID, changed = synced, true
 	}
@@ -226,6 +244,9 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 		// The entity stays pending, so reconcile reported nothing; its
 		// version and last operation changed.
 		return op, tx.entityEvent(e, EventEntityChanged)
+	}
+	if len(merged) > 0 {
+		return op, tx.mergedEvent(e, "answer", merged)
 	}
 	return op, nil
 }

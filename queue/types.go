@@ -69,6 +69,32 @@ type ServerState struct {
 	// hold its data (Data is absent), and says why: StaleTooLarge, or
 	// StaleRefreshNeeded.
 	Missing string `json:"missing,omitempty"`
+	// Paths are the fields in conflict (JSON pointers), when a merging
+	// server named them in its refusal; empty: the whole record.
+	Paths []string `json:"paths,omitempty"`
+	// Base is the record's data at the version the refused change was
+	// made on, when the server's answer carried it.
+	Base json.RawMessage `json:"base,omitempty"`
+}
+
+// Conflict is an entity's conflict field by field, as reads show it
+// (Entity.Conflict).
+type Conflict struct {
+	// Paths are the fields both this device and another changed: only
+	// those, each with its value at the base version, here and on the
+	// server.
+	Paths []ConflictPath `json:"paths"`
+}
+
+// ConflictPath is one field in conflict. A value is absent where the
+// field does not exist on that side (or, for Base, where the server no
+// longer keeps the base version: BaseKnown is false).
+type ConflictPath struct {
+	Path      string          `json:"path"`
+	Base      json.RawMessage `json:"base,omitempty"`
+	BaseKnown bool            `json:"baseKnown"`
+	Local     json.RawMessage `json:"local,omitempty"`
+	Server    json.RawMessage `json:"server,omitempty"`
 }
 
 // Entity is one record of an app, as stored locally.
@@ -121,6 +147,10 @@ type Entity struct {
 	// Operation.BlockedBy). Not stored.
 	Blocked   bool   `json:"blocked,omitempty"`
 	BlockedBy string `json:"blockedBy,omitempty"`
+	// Conflict is set, when the entity is read in state conflict and the
+	// server named the fields in conflict, to those fields with their
+	// base, local and server values. Not stored.
+	Conflict *Conflict `json:"conflict,omitempty"`
 	// Unbased is set when the server holds a record under this client
 	// id (ServerID) that the local data was made on no version of: this
 	// device's create was answered with a record another device created
@@ -203,6 +233,12 @@ type Operation struct {
 	// a write made with the admin token, and for the operations syncd
 	// makes itself.
 	App string `json:"app,omitempty"`
+	// Paths are the fields an update changes (JSON pointers, package
+	// fieldmerge): the members its merge patch set or removed, merged
+	// with those of the unsent updates it superseded. Sent beside the
+	// whole data, so a merging server applies only them. Nil: the whole
+	// data (a create, a delete, an update syncd made of the whole data).
+	Paths []string `json:"paths,omitempty"`
 }
 
 // Key returns the Idempotency-Key to send: RemoteKey, or ID when the
@@ -278,6 +314,12 @@ type Completion struct {
 	// ServerVersion is the record's version after this write, from the
 	// server's answer (0: the answer carried none).
 	ServerVersion int64
+
+	// Data is the record's data after this create or update, from the
+	// server's answer (nil: it carried none). A merging server answers
+	// the fields sent merged with what other devices wrote: the entity
+	// takes it, with its edits still queued laid over it.
+	Data json.RawMessage
 }
 
 // ListOptions pages through entities or operations. After is the cursor

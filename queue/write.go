@@ -3,10 +3,11 @@ package queue
 import (
 	"context"
 	"fmt"
-	"github.com/syncd/syncd/internal/jsonstrict"
 	"slices"
 
 	"github.com/google/uuid"
+	"github.com/syncd/syncd/idempotency/fieldmerge"
+	"github.com/syncd/syncd/internal/jsonstrict"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -201,6 +202,7 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	}
 
 	now := tx.now
+	var paths []string // the fields an update's patch changes
 	switch w.Op {
 	case OpCreate:
 		if e == nil {
@@ -220,6 +222,9 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		}
 		merged, err := mergePatch(e.Data, w.Data)
 		if err != nil {
+			return Result{}, fmt.Errorf("%w: %v", ErrInvalidWrite, err)
+		}
+		if paths, err = fieldmerge.PatchPaths(w.Data); err != nil {
 			return Result{}, fmt.Errorf("%w: %v", ErrInvalidWrite, err)
 		}
 		if len(merged) > tx.s.cfg.MaxDataBytes {
@@ -267,6 +272,9 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	}
 	op.App = w.App
 	op.After = w.After
+	if w.Op == OpUpdate {
+		op.Paths = paths
+	}
 
 	if w.Op == OpDelete && head != nil && head.State == StatePermanentFailed && head.Declined {
 		return tx.deleteOverDeclined(e, op, head)
@@ -281,7 +289,7 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		if err := tx.supersede(op); err != nil {
 			return Result{}, err
 		}
-		op.Type = OpCreate
+		op.Type, op.Paths = OpCreate, nil
 		op.PayloadFingerprint = payloadFingerprint(op)
 		head = nil
 	}
@@ -422,8 +430,21 @@ func (tx *txw) mergeTail(op *Operation) (*Operation, error) {
 	if err := tx.finish(tail); err != nil {
 		return nil, err
 	}
+	// op carries the fields both change.
+	op.Paths = unionPaths(tail.Paths, op.Paths)
 	tail.MergedInto = op.ID
 	return tail, tx.doneUnsent(tail)
+}
+
+// unionPaths is the fields two changes change together: nil (the whole
+// data) if either is.
+func unionPaths(a, b []string) []string {
+	if a == nil || b == nil {
+		return nil
+	}
+	u := append(slices.Clone(a), b...)
+	slices.Sort(u)
+	return slices.Compact(u)
 }
 
 // doneUnsent records a pending operation done without sending it: its

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/syncd/syncd/internal/faultproxy"
-	"github.com/syncd/syncd/remote"
 	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/remote"
 	"github.com/syncd/syncd/transport"
 )
 

@@ -188,8 +188,9 @@ type Daemon struct {
 	batchMu       sync.Mutex
 	batchOffUntil time.Time // the remote had no batch route; single sends until then
 
-	puller    Puller       // nil: no pull
-	reader    RecordReader // nil: no refresh
+	puller    Puller        // nil: no pull
+	reader    RecordReader  // nil: no refresh
+	versions  VersionReader // nil: no history read
 	pullMode  PullMode
 	pullWait  time.Duration
 	pullLimit int
@@ -273,6 +274,9 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	if r, ok := cfg.Transport.(RecordReader); ok {
 		d.reader = r
+	}
+	if r, ok := cfg.Transport.(VersionReader); ok {
+		d.versions = r
 	}
 	d.batchMode = cmp.Or(cfg.Batch, BatchAuto)
 	switch d.batchMode {

@@ -111,3 +111,65 @@ func (d *Daemon) RefreshStale(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// VersionReader reads the versions the server keeps of a record;
+// *transport.Client is one.
+type VersionReader interface {
+	Versions(ctx context.Context, token, entityType, serverID string) ([]transport.Version, error)
+}
+
+// Errors of Versions.
+var (
+	// ErrNoVersions: the remote keeps no history of the record (it
+	// answered 404, or the transport has no such read).
+	ErrNoVersions = errors.New("daemon: the remote keeps no versions of the record")
+	// ErrNotOnServer: the entity has no record on the server yet (its
+	// create has not been answered).
+	ErrNotOnServer = errors.New("daemon: the entity has no record on the server yet")
+)
+
+// Versions reads the versions the server keeps of entityType/id's record
+// for the signed-in account, newest first: an edit overwritten or
+// resolved away can be found there again. Nothing local changes.
+func (d *Daemon) Versions(ctx context.Context, entityType, id string) ([]transport.Version, error) {
+	vr := d.versions
+	if vr == nil {
+		return nil, ErrNoVersions
+	}
+	s, ok := d.snapshot()
+	if !ok {
+		return nil, ErrNoSession
+	}
+	e, err := d.store.EntityRow(s.account, entityType, id)
+	if err != nil {
+		return nil, err
+	}
+	serverID := e.ServerID
+	if e.Server != nil && e.Server.ID != "" {
+		serverID = e.Server.ID // the record made again under the id
+	}
+	if serverID == "" {
+		return nil, fmt.Errorf("%w: %s/%s", ErrNotOnServer, entityType, id)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer context.AfterFunc(s.ctx, cancel)()
+	defer cancel()
+	vs, err := vr.Versions(ctx, s.token, entityType, serverID)
+	switch {
+	case err == nil:
+		d.observe(true, true, false)
+		return vs, nil
+	case errors.Is(err, transport.ErrNoVersions):
+		d.observe(true, false, false)
+		return nil, fmt.Errorf("%w: %v", ErrNoVersions, err)
+	case errors.Is(err, transport.ErrUnauthorized):
+		d.observe(true, false, false)
+		d.refreshNeeded(s)
+		return nil, fmt.Errorf("%w: %v", ErrRemote, err)
+	default:
+		if errors.Is(err, transport.ErrTimeout) || !errors.Is(err, transport.ErrStatus) && ctx.Err() == nil {
+			d.observe(false, false, false)
+		}
+		return nil, fmt.Errorf("%w: %v", ErrRemote, err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/syncd/syncd/daemon"
 	"github.com/syncd/syncd/internal/jsonstrict"
 	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/transport"
 )
 
 func TestEntityFlow(t *testing.T) {
@@ -335,6 +336,9 @@ func (f *fakeDaemon) AccountWrite(fn func(string) error) error {
 }
 func (f *fakeDaemon) Refresh(context.Context, string, string) (queue.Entity, bool, error) {
 	return queue.Entity{}, false, daemon.ErrNoRecordRead
+}
+func (f *fakeDaemon) Versions(context.Context, string, string) ([]transport.Version, error) {
+	return nil, daemon.ErrNoVersions
 }
 
 // fakeStore answers every call with err.

@@ -65,6 +65,7 @@ func TestAppTokenScopes(t *testing.T) {
 		{notes, "DELETE", "/v1/entities/task/t1", "", 403, CodeTypeNotGranted},
 		{notes, "POST", "/v1/entities/task/t1/resolve", `{"take":"server"}`, 403, CodeTypeNotGranted},
 		{notes, "POST", "/v1/entities/task/t1/refresh", "", 403, CodeTypeNotGranted},
+		{notes, "GET", "/v1/entities/task/t1/versions", "", 403, CodeTypeNotGranted},
 		{notes, "POST", "/v1/batch", batch, 403, CodeTypeNotGranted},
 		{notes, "GET", "/v1/operations/" + taskOp, "", 404, CodeNotFound},
 		{notes, "POST", "/v1/operations/" + taskOp + "/retry", "", 404, CodeNotFound},

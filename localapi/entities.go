@@ -8,6 +8,7 @@ import (
 
 	"github.com/syncd/syncd/daemon"
 	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/transport"
 )
 
 // entityAnswer is an entity as the API returns it; writes add the id of
@@ -381,6 +382,41 @@ func (s *Server) resolveEntity(w http.ResponseWriter, r *http.Request) {
 		ans.OperationID = e.LastOperationID
 	}
 	writeJSON(w, http.StatusOK, ans)
+}
+
+// GET /v1/entities/{type}/{id}/versions → 200 {"items": [...]}: the
+// versions the remote keeps of the entity's record, newest first, each
+// {version, data, deleted, operationId, updatedAt}: an edit overwritten
+// or resolved away can be found again there. Read from the remote at
+// each call; nothing local changes.
+func (s *Server) entityVersions(w http.ResponseWriter, r *http.Request) {
+	typ, id, err := entityPath(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if _, err := query(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.lookupType(r, typ); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	vs, err := s.d.Versions(r.Context(), typ, id)
+	if errors.Is(err, daemon.ErrNoSession) {
+		err = errNoSession
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if vs == nil {
+		vs = []transport.Version{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Items []transport.Version `json:"items"`
+	}{vs})
 }
 
 // refreshAnswer is the answer to a refresh: the entity as it is now.

@@ -73,6 +73,8 @@ const (
 	CodeStorageFull          = "storage_full"           // 507: no room for the write (a full disk, or the queue's size limit); nothing written
 	CodeRefreshUnsupported   = "refresh_unsupported"    // 501: refresh, but the remote cannot read one record
 	CodeRemoteUnavailable    = "remote_unavailable"     // 503: refresh, but reading the record from the remote failed; nothing changed
+	CodeVersionsUnsupported  = "versions_unsupported"   // 501: versions, but the remote keeps no history of the record
+	CodeNotOnServer          = "not_on_server"          // 409: versions of an entity whose create the server has not answered yet
 )
 
 // errorBody is the JSON shape of every error answer.
@@ -171,6 +173,10 @@ func classify(err error) (status int, code string) {
 		return http.StatusServiceUnavailable, CodeShuttingDown
 	case errors.Is(err, daemon.ErrNoRecordRead):
 		return http.StatusNotImplemented, CodeRefreshUnsupported
+	case errors.Is(err, daemon.ErrNoVersions):
+		return http.StatusNotImplemented, CodeVersionsUnsupported
+	case errors.Is(err, daemon.ErrNotOnServer):
+		return http.StatusConflict, CodeNotOnServer
 	case errors.Is(err, daemon.ErrRemote):
 		return http.StatusServiceUnavailable, CodeRemoteUnavailable
 	}

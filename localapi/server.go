@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncd/syncd/daemon"
 	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/transport"
 )
 
 // Defaults for Config fields left zero.
@@ -63,6 +64,9 @@ type Daemon interface {
 	// Refresh reads an entity's record from the remote again and settles
 	// the local entity with it.
 	Refresh(ctx context.Context, entityType, id string) (e queue.Entity, removed bool, err error)
+	// Versions reads the versions the remote keeps of an entity's
+	// record, newest first.
+	Versions(ctx context.Context, entityType, id string) ([]transport.Version, error)
 }
 
 // Store is what the API needs from the queue. *queue.Store satisfies it.
@@ -308,6 +312,7 @@ func (s *Server) routeTable() []route {
 		{"DELETE /v1/entities/{type}/{id}", http.HandlerFunc(s.deleteEntity), scopeWrite},
 		{"POST /v1/entities/{type}/{id}/resolve", http.HandlerFunc(s.resolveEntity), scopeWrite},
 		{"POST /v1/entities/{type}/{id}/refresh", http.HandlerFunc(s.refreshEntity), scopeWrite},
+		{"GET /v1/entities/{type}/{id}/versions", http.HandlerFunc(s.entityVersions), scopeRead},
 		{"POST " + batchPath, http.HandlerFunc(s.batch), scopeWrite},
 
 		{"GET /v1/operations", http.HandlerFunc(s.listOperations), scopeRead},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"time"
 )
 
 // Reading one record: GET {BaseURL}/v1/{type}?clientId=<local id> →
@@ -74,4 +75,69 @@ func (c *Client) Record(ctx context.Context, token, entityType, clientID string)
 		return &rec, nil
 	}
 	return nil, nil
+}
+
+// Reading a record's history: GET {BaseURL}/v1/{type}/{serverId}/versions
+// → 200 {"items": [version]}, the versions the server keeps of the
+// record, newest first, each {version, data (absent from a deletion),
+// deleted, operationId, updatedAt} (docs/server.md, "History").
+
+// ErrNoVersions: the remote answered 404 for the history read: it keeps
+// no history, or no record under that server id.
+var ErrNoVersions = errors.New("transport: the remote keeps no versions of the record")
+
+// maxVersionsBody bounds the history answer read: a page of versions.
+const maxVersionsBody = 64
+
+// Version is one kept version of a server record.
+type Version struct {
+	Version     int64           `json:"version"`
+	Data        json.RawMessage `json:"data,omitempty"`
+	Deleted     bool            `json:"deleted,omitempty"`
+	OperationID string          `json:"operationId,omitempty"`
+	UpdatedAt   time.Time       `json:"updatedAt,omitzero"`
+}
+
+// Versions reads the versions the server keeps of the record serverID of
+// entityType, newest first. A 401 is ErrUnauthorized, a 404
+// ErrNoVersions; any other failure is an error worth retrying later.
+func (c *Client) Versions(ctx context.Context, token, entityType, serverID string) ([]Version, error) {
+	if entityType == "" || serverID == "" {
+		return nil, fmt.Errorf("transport: versions: %w: no entity type or server id", ErrInvalidRequest)
+	}
+	target := c.baseURL + "/v1/" + escapeSegment(entityType) + "/" + escapeSegment(serverID) + "/versions"
+	limit := c.maxBody * maxVersionsBody
+	status, body, truncated, err := c.getJSON(ctx, "versions", token, target, c.timeout, limit)
+	if err != nil {
+		return nil, err
+	}
+	code, msg := errorBody(body)
+	switch {
+	case status == http.StatusOK:
+	case status == http.StatusNotFound:
+		return nil, ErrNoVersions
+	case status == http.StatusUnauthorized:
+		return nil, ErrUnauthorized
+	default:
+		return nil, fmt.Errorf("transport: versions: %d %s %s: %w", status, code, msg, ErrStatus)
+	}
+	if truncated {
+		return nil, fmt.Errorf("transport: versions: an answer over %d bytes: %w", limit, ErrResponseTooLarge)
+	}
+	var ans struct {
+		Items []Version `json:"items"`
+	}
+	if err := json.Unmarshal(body, &ans); err != nil || ans.Items == nil {
+		return nil, fmt.Errorf("%w: GET .../versions answered 200 without an items list", ErrNoVersions)
+	}
+	for i := range ans.Items {
+		v := &ans.Items[i]
+		if v.Version <= 0 || !v.Deleted && (len(v.Data) == 0 || v.Data[0] != '{') {
+			return nil, fmt.Errorf("transport: versions: a version without its number or data: %w", ErrInvalidResponse)
+		}
+		if v.Deleted {
+			v.Data = nil
+		}
+	}
+	return ans.Items, nil
 }

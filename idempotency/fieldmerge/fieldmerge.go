@@ -37,6 +37,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"strconv"
@@ -466,8 +467,10 @@ func decodeObject(data []byte) (map[string]any, error) {
 	if obj == nil {
 		return nil, errors.New("not a JSON object")
 	}
-	if dec.More() {
-		return nil, errors.New("more than one JSON value")
+	// Only space may follow the object: dec.More would let a stray '}'
+	// or ']' through.
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("more after the JSON object")
 	}
 	return obj, nil
 }

@@ -13,13 +13,14 @@ import (
 // updates of an entity wait to be sent, the entity's data is the server's
 // latest record with their fields laid over it: a pulled change to other
 // fields, and the fields a merging server's answer brings, show at once.
-// An entity with a create, a delete, or an update of its whole data
-// queued keeps its local data as it is: which fields it changes is not
-// known.
+// A create changes every field of its data. An entity with a delete, or
+// an update of its whole data, queued keeps its local data as it is:
+// which fields it changes is not known.
 
 // pendingPaths returns the fields the unfinished operations of e's
 // partition change, and whether they are known: false when one of them
-// is a create, a delete or an update of the whole data.
+// is a delete or an update of the whole data. A create changes every
+// field of its data.
 func (tx *txw) pendingPaths(e *Entity) ([]string, bool, error) {
 	ops, err := tx.partitionOps(e.AccountID, e.Type, e.ID)
 	if err != nil {
@@ -27,10 +28,20 @@ func (tx *txw) pendingPaths(e *Entity) ([]string, bool, error) {
 	}
 	paths := []string{}
 	for _, op := range ops {
-		if op.Type != OpUpdate || op.Paths == nil {
+		switch {
+		case op.Type == OpUpdate && op.Paths != nil:
+			paths = append(paths, op.Paths...)
+		case op.Type == OpCreate && op.Payload != nil:
+			// A create sets every field of its data (a merging server
+			// merges it into a record another device made under the id).
+			leaves, err := fieldmerge.LeafPaths(op.Payload)
+			if err != nil {
+				return nil, false, nil
+			}
+			paths = append(paths, leaves...)
+		default:
 			return nil, false, nil
 		}
-		paths = append(paths, op.Paths...)
 	}
 	slices.Sort(paths)
 	return slices.Compact(paths), true, nil

@@ -506,6 +506,19 @@ func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, s
 			}
 			srv.Data = nil
 		}
+		if srv.Version > 0 && srv.Version == e.ServerVersion && cmp.Or(srv.ID, e.ServerID) == e.ServerID && !srv.Deleted &&
+			!e.serverAhead() {
+			// Refused at the very version the change is based on: a
+			// merging server refuses a create of an id another device
+			// made, or a change sent as made on no version, field by
+			// field. Its record is the one the entity is based on, at
+			// its real version: kept beside it as is. (Taken as an
+			// answer without a version, below, it would stand one
+			// version past, with this version's data, and hide the next
+			// one from the feed.)
+			e.setServer(srv)
+			return tx.reconcile(e, true)
+		}
 		if srv.Version <= e.ServerVersion && (srv.ID == "" || srv.ID == e.ServerID) {
 			// An answer without the record's version (a 410, a 404, a
 			// 409 whose record has none): the server is past the version

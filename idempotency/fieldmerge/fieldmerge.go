@@ -26,7 +26,11 @@
 // current life began (Record.Since: its create, its revival, or a write
 // that replaced its whole data): every path not in Paths changed at
 // Since or before. An update made before Since (base < Since) conflicts
-// on every path where its value differs from the record's.
+// on every path where its value differs from the record's and that
+// overlaps a path the record holds; a path the record does not hold
+// merges (two devices that created one id with different fields, say).
+// So a field a whole-data write removed comes back when a device that
+// had not seen that write edits it.
 //
 // The package works on encoding/json values. Numbers are kept as
 // written (json.Number), so "1.0" and "1" are different values.

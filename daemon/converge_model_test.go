@@ -173,6 +173,9 @@ func TestConvergeModelFound(t *testing.T) {
 type cmScenario struct {
 	Seed    uint64 // 0: not generated (replayed)
 	Reject  bool
+	// Merge runs the server's field-level merge (remote.PolicyMerge)
+	// instead of last-writer-wins; never with Reject.
+	Merge bool
 	Devices int
 	Settle  uint64 // the seed of the app's resolutions
 	Steps   []cmStep
@@ -216,12 +219,20 @@ func (s cmStep) String() string {
 	return s.Kind
 }
 
+// policy names the scenario's conflict policy, as String prints it.
+func (sc cmScenario) policy() string {
+	switch {
+	case sc.Reject:
+		return "reject"
+	case sc.Merge:
+		return "merge"
+	}
+	return "lww"
+}
+
 func (sc cmScenario) String() string {
 	var b strings.Builder
-	pol := "lww"
-	if sc.Reject {
-		pol = "reject"
-	}
+	pol := sc.policy()
 	fmt.Fprintf(&b, "%s %d %d", pol, sc.Devices, sc.Settle)
 	for _, s := range sc.Steps {
 		b.WriteString("; ")
@@ -239,10 +250,7 @@ func (sc cmScenario) name() string {
 
 func (sc cmScenario) listing() string {
 	var b strings.Builder
-	pol := "last writer wins"
-	if sc.Reject {
-		pol = "reject"
-	}
+	pol := sc.policy()
 	fmt.Fprintf(&b, "  policy %s, %d devices, settle seed %d\n", pol, sc.Devices, sc.Settle)
 	for i, s := range sc.Steps {
 		fmt.Fprintf(&b, "  %2d. %s\n", i+1, s)
@@ -255,10 +263,10 @@ func parseScenario(s string) (cmScenario, error) {
 	var sc cmScenario
 	parts := strings.Split(s, "; ")
 	head := strings.Fields(parts[0])
-	if len(head) != 3 || (head[0] != "lww" && head[0] != "reject") {
-		return sc, fmt.Errorf("head %q: want \"lww|reject DEVICES SETTLESEED\"", parts[0])
+	if len(head) != 3 || (head[0] != "lww" && head[0] != "reject" && head[0] != "merge") {
+		return sc, fmt.Errorf("head %q: want \"lww|reject|merge DEVICES SETTLESEED\"", parts[0])
 	}
-	sc.Reject = head[0] == "reject"
+	sc.Reject, sc.Merge = head[0] == "reject", head[0] == "merge"
 	var err error
 	if sc.Devices, err = strconv.Atoi(head[1]); err != nil || sc.Devices < 1 || sc.Devices > len(cmDevNames) {
 		return sc, fmt.Errorf("devices %q", head[1])
@@ -322,6 +330,9 @@ func parseScenario(s string) (cmScenario, error) {
 func genScenario(seed uint64) cmScenario {
 	r := rand.New(rand.NewPCG(seed, 0x636f6e7665726765))
 	sc := cmScenario{Seed: seed, Reject: r.IntN(2) == 0, Devices: 2 + r.IntN(2), Settle: r.Uint64() % 1_000_000}
+	// Half of the others merge field by field (from the seed, so a
+	// seed's steps stay what they were before merging was drawn).
+	sc.Merge = !sc.Reject && seed%2 == 0
 	live := map[string]bool{}
 	off := make([]string, sc.Devices) // "", "stop", "cut"
 	n := 10 + r.IntN(31)
@@ -488,9 +499,7 @@ func (cd *cmDev) rule(r *cmRun) faultproxy.Rule {
 func runScenario(t *testing.T, sc cmScenario) *cmFailure {
 	t.Helper()
 	rcfg := remote.Config{Retention: 100 * 365 * 24 * time.Hour} // sweeps move the server's clock; keys must not expire
-	if sc.Reject {
-		rcfg.RejectConflicts = []string{"note"}
-	}
+	rcfg.Conflicts = map[string]remote.Policy{"note": remote.Policy(sc.policy())}
 	w := newTwoWay(t, rcfg)
 	direct, err := transport.New(transport.Config{BaseURL: w.url})
 	if err != nil {
@@ -586,10 +595,7 @@ func (r *cmRun) fail(kind, detail string) *cmFailure {
 			steps += fmt.Sprintf("  %2d. %s\n", len(r.notes)+i+1, s)
 		}
 	}
-	pol := "lww"
-	if r.sc.Reject {
-		pol = "reject"
-	}
+	pol := r.sc.policy()
 	return &cmFailure{kind: kind, detail: fmt.Sprintf("(%s, %d devices) %s", pol, r.sc.Devices, detail), steps: steps}
 }
 

@@ -340,6 +340,17 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		return Result{}, err
 	}
 	if renew {
+		if resolves && head.Type == OpCreate && e.ServerID != "" && !serverDeleted {
+			// The app edits an entity whose create a merging server
+			// refused on a field (another device made the id first):
+			// the resolution is a change of that record, made on its
+			// version (taken above), with every field this device set.
+			// Sent again as a create, it would meet the same fields.
+			head.Type = OpUpdate
+			if leaves, err := fieldmerge.LeafPaths(e.Data); err == nil {
+				head.Paths = unionPaths(leaves, paths)
+			}
+		}
 		if err := tx.userRetry(head); err != nil {
 			return Result{}, err
 		}

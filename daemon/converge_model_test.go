@@ -171,11 +171,11 @@ func TestConvergeModelFound(t *testing.T) {
 
 // A scenario: the server's policy, the devices, and the steps.
 type cmScenario struct {
-	Seed    uint64 // 0: not generated (replayed)
-	Reject  bool
+	Seed   uint64 // 0: not generated (replayed)
+	Reject bool
 	// Merge runs the server's field-level merge (remote.PolicyMerge)
 	// instead of last-writer-wins; never with Reject.
-	Merge bool
+	Merge   bool
 	Devices int
 	Settle  uint64 // the seed of the app's resolutions
 	Steps   []cmStep

@@ -84,6 +84,8 @@ func (tx *txw) takeServerData(e *Entity, server json.RawMessage) (bool, []string
 		return false, nil, nil
 	}
 	e.Data = merged
+	e.Version++ // a change of the local data, as a pull's
+	e.UpdatedAt = tx.now
 	return true, changed, nil
 }
 

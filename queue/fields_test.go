@@ -282,3 +282,22 @@ func TestConflictAtTheBaseVersionKeepsItsVersion(t *testing.T) {
 		t.Fatalf("the next version from the feed: %s %+v", e.Data, e)
 	}
 }
+
+// TestConflictAfterThePullKeepsItsFields: the pull brought the record
+// before the refusal did: the refusal still names the fields.
+func TestConflictAfterThePullKeepsItsFields(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := fieldsSetup(t, `{"title":"a","done":false}`, `{"title":"mine"}`)
+	op, _ := s.Claim(ctx, "acct", "w", time.Minute)
+	applyPage(t, s, "", "c1", true, change("n", 2, `{"title":"theirs","done":true}`))
+	srv := ServerState{ID: "srv-n", Version: 2, Data: json.RawMessage(`{"title":"theirs","done":true}`), Paths: []string{"/title"},
+		Base: json.RawMessage(`{"title":"a","done":false}`)}
+	if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "title", srv); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := entity(t, s, "n")
+	if e.Conflict == nil || len(e.Conflict.Paths) != 1 || string(e.Conflict.Paths[0].Base) != `"a"` {
+		t.Fatalf("conflict after the pull: %+v", e.Conflict)
+	}
+}

@@ -540,6 +540,11 @@ func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, s
 		// and a pull may land between the server's answer and this.
 		if e.newer(srv) {
 			e.setServer(srv)
+		} else if e.Server != nil && srv.Paths != nil && e.Server.Version == srv.Version &&
+			cmp.Or(e.Server.ID, e.ServerID) == cmp.Or(srv.ID, e.ServerID) && !e.Server.Deleted {
+			// The pull brought this very record first: the refusal adds
+			// which fields are in conflict, and the base.
+			e.Server.Paths, e.Server.Base = srv.Paths, srv.Base
 		}
 		return tx.reconcile(e, true)
 	})

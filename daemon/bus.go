@@ -67,7 +67,7 @@ type Bus struct {
 	cfg BusConfig
 
 	mu      sync.Mutex
-	ring    []queue.Event // the newest events, oldest first, seqs ascending
+	ring    ring // the newest events, seqs ascending
 	subs    map[*Subscription]struct{}
 	last    uint64 // newest seq published
 	closed  bool
@@ -126,11 +126,7 @@ func (b *Bus) Publish(events []queue.Event) {
 			continue // already published
 		}
 		b.last = e.Seq
-		if len(b.ring) == b.cfg.History {
-			copy(b.ring, b.ring[1:])
-			b.ring = b.ring[:len(b.ring)-1]
-		}
-		b.ring = append(b.ring, e)
+		b.ring.push(e, b.cfg.History)
 		for s := range b.subs {
 			if !s.filter.Match(e) {
 				continue
@@ -347,11 +343,51 @@ func (b *Bus) register(since uint64, f Filter) (s *Subscription, ring []queue.Ev
 	s = &Subscription{bus: b, filter: f, ch: make(chan queue.Event, b.cfg.SubscriberBuffer)}
 	b.subs[s] = struct{}{}
 	last, src = b.last, b.backlog
-	if n := len(b.ring); since < last && n > 0 && b.ring[0].Seq <= since+1 && b.ring[n-1].Seq == last {
-		from := sort.Search(n, func(i int) bool { return b.ring[i].Seq > since })
-		ring = slices.Clone(b.ring[from:])
+	if n := b.ring.n; since < last && n > 0 && b.ring.at(0).Seq <= since+1 && b.ring.at(n-1).Seq == last {
+		from := sort.Search(n, func(i int) bool { return b.ring.at(i).Seq > since })
+		ring = b.ring.from(from)
 	}
 	return s, ring, last, src, nil
+}
+
+// ring holds the newest events in a circular buffer: a publish writes
+// one slot, instead of shifting the whole history once it is full (which
+// took a quarter of the daemon's CPU during a bootstrap, under the bus
+// lock and inside the commit path).
+type ring struct {
+	buf  []queue.Event
+	head int // index of the oldest event
+	n    int // events held
+}
+
+// push adds e, the newest, dropping the oldest once size are held.
+func (r *ring) push(e queue.Event, size int) {
+	if len(r.buf) < size && r.n == len(r.buf) {
+		// Grow until the history's size: a daemon with few events
+		// never holds the whole buffer.
+		r.buf = append(r.buf, e)
+		r.n++
+		return
+	}
+	if r.n < len(r.buf) {
+		r.buf[(r.head+r.n)%len(r.buf)] = e
+		r.n++
+		return
+	}
+	r.buf[r.head] = e
+	r.head = (r.head + 1) % len(r.buf)
+}
+
+// at returns the i-th oldest event held.
+func (r *ring) at(i int) queue.Event { return r.buf[(r.head+i)%len(r.buf)] }
+
+// from copies the events from the i-th oldest on.
+func (r *ring) from(i int) []queue.Event {
+	out := make([]queue.Event, 0, r.n-i)
+	for ; i < r.n; i++ {
+		out = append(out, r.at(i))
+	}
+	return out
 }
 
 // after returns the events with since < seq <= upto that pass f.

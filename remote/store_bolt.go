@@ -426,7 +426,7 @@ func (s *boltEntities) keepVersion(tx *bolt.Tx, e *boltEntity) error {
 	if err := tx.Bucket(bucketVersions).Put(versionKey(e.ID, e.Version), v); err != nil {
 		return err
 	}
-	return dropVersions(tx, e.ID, e.Version-int64(max(s.history, 1))+1)
+	return dropVersions(tx, e.ID, max(e.Version-int64(max(s.history, 1))+1, 1)) // keep 1 drops nothing; 0 would drop all
 }
 
 // dropVersions deletes the kept versions of id below keep (all: 0).

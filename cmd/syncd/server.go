@@ -34,9 +34,12 @@ func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	tokensFile := fs.String("tokens", "", `file of "TOKEN ACTOR" lines`)
 	retention := fs.String("retention", "7d", "how long idempotency records are kept (e.g. 7d, 36h)")
 	tombstones := fs.String("tombstone-retention", "30d", "how long deleted records are kept for the changes feed; a device away longer reads everything again")
-	reject := fs.String("reject-conflicts", "", `comma-separated entity types whose writes made on an older version answer 409 version_conflict ("*": all); the others are last-writer-wins`)
+	conflicts := fs.String("conflicts", "", `conflict policy per entity type, "TYPE=POLICY,..." with POLICY merge, reject or lww ("*=POLICY" or a bare POLICY: every type not listed; default merge)`)
+	reject := fs.String("reject-conflicts", "", `comma-separated entity types whose policy is reject ("*": all), as --conflicts TYPE=reject; it wins over --conflicts`)
+	history := fs.Int("history", remote.DefaultHistoryVersions, "versions kept per record for GET /v1/{type}/{id}/versions and the base of a conflict (0: none)")
+	historyAge := fs.String("history-age", "30d", "how long a superseded version is kept; a record's current version stays")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: syncd server --listen ADDR [--data-dir DIR | --postgres DSN] [--dev-tokens | --tokens FILE] [--retention D] [--tombstone-retention D] [--reject-conflicts TYPES]")
+		fmt.Fprintln(stderr, "usage: syncd server --listen ADDR [--data-dir DIR | --postgres DSN] [--dev-tokens | --tokens FILE] [--retention D] [--tombstone-retention D] [--conflicts TYPE=POLICY,...] [--reject-conflicts TYPES] [--history N] [--history-age D]")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args, "server"); err != nil {
@@ -62,6 +65,21 @@ func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			rejectTypes = append(rejectTypes, t)
 		}
 	}
+	policies, err := remote.ParsePolicies(*conflicts)
+	if err != nil {
+		return fmt.Errorf("%w: server: --conflicts: %v", errUsage, err)
+	}
+	if *history < 0 {
+		return fmt.Errorf("%w: server: --history %d: want 0 or more", errUsage, *history)
+	}
+	histAge, err := parseRetention(*historyAge)
+	if err != nil {
+		return fmt.Errorf("%w: server: --history-age: %v", errUsage, err)
+	}
+	historyVersions := *history
+	if historyVersions == 0 {
+		historyVersions = -1 // remote.Config: negative keeps none, zero is the default
+	}
 	if !*force && !loopbackAddr(*listen) {
 		return fmt.Errorf("%w: server: --listen %s is not a loopback address; add --force-listen to serve on it", errUsage, *listen)
 	}
@@ -75,7 +93,10 @@ func cmdServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Logger:      logger,
 		// The changes feed and conflicts.
 		TombstoneRetention: tombRet,
+		Conflicts:          policies,
 		RejectConflicts:    rejectTypes,
+		HistoryVersions:    historyVersions,
+		HistoryAge:         histAge,
 		// On loopback, answer only loopback names (DNS rebinding).
 		LoopbackHostsOnly: loopbackAddr(*listen),
 	}

@@ -448,14 +448,13 @@ func (tx *txw) mergeTail(op *Operation) (*Operation, error) {
 }
 
 // unionPaths is the fields two changes change together: nil (the whole
-// data) if either is.
+// data) if either is. A path under another of them is left out: the
+// other sets the whole of it ("/a" after "/a/b" made /a a number).
 func unionPaths(a, b []string) []string {
 	if a == nil || b == nil {
 		return nil
 	}
-	u := append(slices.Clone(a), b...)
-	slices.Sort(u)
-	return slices.Compact(u)
+	return fieldmerge.Cover(append(slices.Clone(a), b...))
 }
 
 // doneUnsent records a pending operation done without sending it: its

@@ -344,12 +344,16 @@ func (s *Server) mergeCreate(w http.ResponseWriter, r *http.Request, typ, actor 
 }
 
 // handleUpdate: PATCH /v1/{type}/{id} {data, payloadVersion,
-// baseVersion?} replaces data and bumps the version. Last writer wins,
-// in arrival order; for a type whose policy is reject, a baseVersion
-// below the current version answers 409 version_conflict with the
-// current record. (payloadVersion no longer decides anything: a second
-// device counts its own versions, and ignoring its lower one dropped its
-// edit silently.)
+// baseVersion?, paths?} writes the record and bumps its version, as the
+// type's policy says: merge (with paths) sets only the named fields,
+// unless another write changed one of them after baseVersion (409
+// version_conflict naming them, nothing applied); merge without paths
+// and reject replace data unless baseVersion is below the current
+// version (409, the whole record); lww replaces data, in arrival order.
+// A path that leads through a value that is not an object in data is
+// 400. (payloadVersion no longer decides anything: a second device
+// counts its own versions, and ignoring its lower one dropped its edit
+// silently.)
 func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) {
 	typ, ok := pathType(w, r)
 	if !ok {
@@ -417,6 +421,8 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		writeError(w, r, http.StatusNotFound, CodeNotFound, "no "+typ+" with this id")
+	case err == nil && errors.Is(ferr, fieldmerge.ErrInvalidPath):
+		writeError(w, r, http.StatusBadRequest, CodeValidation, "paths must name fields of data: "+ferr.Error())
 	case err == nil && ferr != nil:
 		err = ferr
 		fallthrough

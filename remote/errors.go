@@ -38,8 +38,9 @@ const (
 	CodeGone         = "gone"         // 410: update of a deleted entity
 	CodeUnauthorized = "unauthorized" // 401: missing or unknown bearer token
 	CodeInternal     = "internal"     // 500
-	// 409: the type's conflict policy is reject and the write's
-	// baseVersion is below the record's version; "current" holds it.
+	// 409: the type's conflict policy refused the write made on its
+	// baseVersion (reject: any older base; merge: a field another write
+	// changed since, named in "paths"); "current" holds the record.
 	CodeVersionConflict = "version_conflict"
 	CodeInvalidCursor   = changefeed.CodeInvalidCursor // 400: GET /v1/changes with a cursor this server did not give
 	CodeCursorExpired   = changefeed.CodeCursorExpired // 410: the tombstones the cursor needs were swept

@@ -453,6 +453,8 @@ func TestMergeInvalidPaths(t *testing.T) {
 		{"too many", mergeBody(`{"a":2}`, 1, many...)},
 		{"not a list", `{"data":{"a":2},"baseVersion":1,"paths":"/a"}`},
 		{"not strings", `{"data":{"a":2},"baseVersion":1,"paths":[1]}`},
+		{"through a number", mergeBody(`{"a":2}`, 1, "/a/b")},
+		{"into an array", mergeBody(`{"a":[2]}`, 1, "/a/0")},
 	}
 	forEachBackend(t, func(t *testing.T, b backend) {
 		h := setup(t, b.config(t))

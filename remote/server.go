@@ -80,7 +80,7 @@ type Config struct {
 	// RejectConflicts lists the entity types whose conflict policy is
 	// reject: an update or delete made on a version older than the
 	// record's answers 409 version_conflict with the current record.
-	// "*" names every type. The others are last-writer-wins.
+	// "*" names every type. The others follow Conflicts.
 	RejectConflicts []string
 	// Conflicts maps entity types to their conflict policy; "*" names
 	// every type not listed. The default is PolicyMerge. The types of

@@ -60,6 +60,12 @@ const (
 // not a JSON object, a path that is not a JSON pointer.
 var ErrInvalid = errors.New("fieldmerge: invalid input")
 
+// ErrInvalidPath wraps ErrInvalid for an update's path that leads
+// through a value of its data that is not an object ("/tags/0" where
+// tags is an array, "/title/x" where title is a string): it names no
+// field, and would change nothing.
+var ErrInvalidPath = fmt.Errorf("%w: a path leads through a value that is not an object", ErrInvalid)
+
 // Record is what the rule needs of a stored record.
 type Record struct {
 	// Data is the record's data, a JSON object.
@@ -120,13 +126,16 @@ func Merge(r Record, u Update) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: the update's data: %v", ErrInvalid, err)
 	}
-	paths := slices.Clone(u.Paths)
-	slices.Sort(paths)
-	paths = slices.Compact(paths)
+	paths := Cover(u.Paths)
 	toks := make([][]string, len(paths))
 	for i, p := range paths {
 		if toks[i], err = split(p); err != nil {
 			return Result{}, err
+		}
+	}
+	for i, p := range paths {
+		if through(src, toks[i]) {
+			return Result{}, fmt.Errorf("%w: %q", ErrInvalidPath, p)
 		}
 	}
 	var res Result
@@ -334,6 +343,30 @@ func Apply(dst, src json.RawMessage, paths []string) (json.RawMessage, error) {
 	return encode(d)
 }
 
+// Cover returns paths sorted, without repeats, and without the paths
+// another of them leads into ("/a/b" beside "/a"): the same fields.
+func Cover(paths []string) []string {
+	out := slices.Clone(paths)
+	slices.Sort(out)
+	out = slices.Compact(out)
+	// Sorted, a path's descendants follow it, though not always at once
+	// ("/a", "/a!", "/a/b"): each is checked against the kept ones.
+	kept := out[:0]
+	for _, p := range out {
+		covered := false
+		for _, q := range kept {
+			if strings.HasPrefix(p, q+"/") {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			kept = append(kept, p)
+		}
+	}
+	return kept
+}
+
 // Overlaps reports whether paths p and q overlap: one is the other, or
 // leads into it.
 func Overlaps(p, q string) bool { return overlaps(p, q) }
@@ -432,6 +465,24 @@ func lookup(obj map[string]any, t []string) (any, bool) {
 		}
 	}
 	return v, true
+}
+
+// through reports whether t leads through a value of obj that is not an
+// object (before its last member name). A missing member is no such
+// value: the path removes what is there.
+func through(obj map[string]any, t []string) bool {
+	var v any = obj
+	for _, k := range t[:len(t)-1] {
+		o, ok := v.(map[string]any)
+		if !ok {
+			return true
+		}
+		if v, ok = o[k]; !ok {
+			return false
+		}
+	}
+	_, ok := v.(map[string]any)
+	return !ok
 }
 
 // set returns obj with t set to v (ok) or removed (!ok), making the

@@ -619,3 +619,29 @@ func cloneRecord(r fieldmerge.Record) fieldmerge.Record {
 func sameRecord(a, b fieldmerge.Record) bool {
 	return string(a.Data) == string(b.Data) && a.Version == b.Version && a.Since == b.Since && maps.Equal(a.Paths, b.Paths)
 }
+
+// TestPathsThroughNonObjects: a path that leads through a value of the
+// update's data that is not an object names no field: fieldmerge.ErrInvalidPath.
+// One under another path of the update is covered by it.
+func TestPathsThroughNonObjects(t *testing.T) {
+	rec := fieldmerge.Record{Data: json.RawMessage(`{"tags":["a"],"title":"x","a":{"b":1}}`), Version: 1, Since: 1}
+	for _, p := range []string{"/tags/0", "/title/x", "/a/b/c"} {
+		_, err := fieldmerge.Merge(rec, fieldmerge.Update{Base: 1, Paths: []string{p}, Data: rec.Data})
+		if !errors.Is(err, fieldmerge.ErrInvalidPath) || !errors.Is(err, fieldmerge.ErrInvalid) {
+			t.Errorf("path %s: %v, want fieldmerge.ErrInvalidPath", p, err)
+		}
+	}
+	// A member missing on the way removes what is there.
+	res, err := fieldmerge.Merge(rec, fieldmerge.Update{Base: 1, Paths: []string{"/a/b"}, Data: json.RawMessage(`{"tags":["a"],"title":"x"}`)})
+	if err != nil || string(res.Record.Data) != `{"a":{},"tags":["a"],"title":"x"}` {
+		t.Fatalf("removal: %s %v", res.Record.Data, err)
+	}
+	// "/a" after "/a/b" (two unsent edits): "/a" covers it.
+	res, err = fieldmerge.Merge(rec, fieldmerge.Update{Base: 1, Paths: []string{"/a/b", "/a"}, Data: json.RawMessage(`{"tags":["a"],"title":"x","a":5}`)})
+	if err != nil || string(res.Record.Data) != `{"a":5,"tags":["a"],"title":"x"}` || !slices.Equal(res.Changed, []string{"/a"}) {
+		t.Fatalf("covered path: %s %v %v", res.Record.Data, res.Changed, err)
+	}
+	if got := fieldmerge.Cover([]string{"/a/b", "/a!", "/a", "/a", "/b/c"}); !slices.Equal(got, []string{"/a", "/a!", "/b/c"}) {
+		t.Fatalf("Cover: %q", got)
+	}
+}

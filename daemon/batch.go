@@ -274,7 +274,7 @@ func (d *Daemon) claimBatch(ctx context.Context, lim batchLimits) (cs []claimed,
 		return nil, false, nil
 	}
 	at, ok, err := d.store.NextWake(sess.account)
-	if err != nil || !ok || at.After(d.now()) {
+	if err != nil || !ok || at.After(d.now()) || d.offlineHold() {
 		return nil, false, err
 	}
 	gateOK, trial := d.remoteGate()

@@ -176,6 +176,7 @@ type Daemon struct {
 	probeFailed  bool          // a probe got no answer since offlineSince
 	answers      uint64        // answers from the remote so far: a probe failure that began before one is stale
 	offline      chan struct{} // buffered 1: tells the prober an outage began
+	probing      atomic.Bool   // a prober runs: while the remote does not answer, claims wait for it (offlineHold)
 
 	mis misconfig // a remote every operation fails on the same way
 

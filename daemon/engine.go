@@ -71,6 +71,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	go d.sweeper(l.hard)
 	if p, ok := d.sender.(Prober); ok && d.probeEvery > 0 {
+		d.probing.Store(true)
 		l.wg.Add(1)
 		go d.prober(l.hard, p)
 	}
@@ -230,7 +231,7 @@ func (d *Daemon) claim(ctx context.Context) (c claimed, ok bool, err error) {
 	// A read first: a claim that finds nothing costs a write transaction
 	// slot in the queue's group commit, even though it rolls back.
 	at, ok, err := d.store.NextWake(sess.account)
-	if err != nil || !ok || at.After(d.now()) {
+	if err != nil || !ok || at.After(d.now()) || d.offlineHold() {
 		return c, false, err
 	}
 	gateOK, trial := d.remoteGate()
@@ -280,6 +281,9 @@ func (d *Daemon) nextWake() (time.Time, bool) {
 	sess, ok := d.snapshot()
 	if !ok {
 		return time.Time{}, false
+	}
+	if d.offlineHold() {
+		return time.Time{}, false // the prober wakes the workers when the remote answers
 	}
 	at, ok, err := d.store.NextWake(sess.account)
 	if err != nil {

@@ -13,10 +13,11 @@ type Prober interface {
 	Probe(ctx context.Context) (status int, err error)
 }
 
-// DefaultProbeInterval is how long after the remote stops answering the
-// daemon first probes it (Config.ProbeInterval). The wait doubles after
-// every probe, up to probeMaxFactor times the interval: 5s, 10s, 20s,
-// 40s, then every minute.
+// DefaultProbeInterval sets how often the daemon probes the remote while
+// it does not answer (Config.ProbeInterval): the first probe goes a
+// second after the outage begins (firstProbe), and the wait doubles
+// after every probe, up to probeMaxFactor times the interval: 1s, 2s,
+// 4s, ..., then every minute.
 const DefaultProbeInterval = 5 * time.Second
 
 // probeMaxFactor bounds the probe wait at this many probe intervals.
@@ -51,7 +52,7 @@ func (d *Daemon) prober(hard context.Context, p Prober) {
 		cancel()
 		<-unwatched
 	}()
-	wait := d.probeEvery
+	wait := d.firstProbe()
 	for {
 		wake := d.wakeChan() // a write or a session change: look again
 		if timer == nil && d.probeArmed() {
@@ -65,7 +66,7 @@ func (d *Daemon) prober(hard context.Context, p Prober) {
 		case <-ctx.Done():
 			return
 		case <-d.offline: // a new outage: start the schedule over
-			wait = d.probeEvery
+			wait = d.firstProbe()
 			if timer != nil {
 				timer.Stop()
 				timer = nil
@@ -80,6 +81,12 @@ func (d *Daemon) prober(hard context.Context, p Prober) {
 		}
 	}
 }
+
+// firstProbe is how long after an outage begins the first probe goes:
+// the workers hold the queue meanwhile (offlineHold), so a blip (one
+// send timing out) holds it for a second, not a whole probe interval.
+// The waits then double up to probeMaxFactor intervals.
+func (d *Daemon) firstProbe() time.Duration { return min(d.probeEvery, time.Second) }
 
 // probeNow tells the prober that the remote just became unreachable.
 func (d *Daemon) probeNow() {
@@ -99,10 +106,28 @@ func (d *Daemon) probeArmed() bool {
 
 // probeWanted reports whether a probe now would tell something that no
 // send is telling: armed, and no operation is ready to go (a send is a
-// probe too).
+// probe too), or the workers hold them for the probe (offlineHold).
 func (d *Daemon) probeWanted() bool {
 	at, ok := d.probeNext()
-	return ok && at.After(d.now())
+	return ok && (at.After(d.now()) || d.offlineHold())
+}
+
+// offlineHold reports whether the workers hold the queue for the prober:
+// a prober runs, and the remote did not answer the latest attempt (a
+// send's network error or timeout, a failed pull or probe). Claiming and
+// failing every ready operation one by one against a remote that is
+// plainly unreachable cost a laptop most of a core for as long as it
+// stayed offline (a million queued: 65%), and grew the file with every
+// attempt recorded. While held, only the prober tries the remote; the
+// moment anything answers (a probe, a pull, a refresh), observe wakes
+// the workers.
+func (d *Daemon) offlineHold() bool {
+	if !d.probing.Load() {
+		return false
+	}
+	d.onlineMu.Lock()
+	defer d.onlineMu.Unlock()
+	return d.contacted && !d.online
 }
 
 // probeNext is when the account's next queued operation may go, if the

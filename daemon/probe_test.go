@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -308,4 +309,53 @@ func TestStopCancelsProbe(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Stop waited for a probe in flight")
 	}
+}
+
+// TestOfflineHoldsTheQueue: while the remote does not answer, the
+// workers do not claim and fail the ready operations one by one (each
+// its own attempt, commit and backoff): only the prober tries the
+// remote. The moment a probe is answered, everything goes.
+func TestOfflineHoldsTheQueue(t *testing.T) {
+	t.Parallel()
+	cfg := probeCfg()
+	// Failed operations would wait an hour of a clock that does not
+	// move: without the hold, every ready one would still be tried once.
+	e := setup(t, envOpts{cfg: cfg})
+	offline := networkSwitch(e)
+	e.create("n0", `{"v":0}`) // the first success since start
+	e.drain()
+	offline.Store(true)
+	const queued = 200
+	ids := make([]string, queued)
+	for i := range queued {
+		ids[i] = e.create(fmt.Sprintf("n%d", i+1), `{"v":1}`).Operation.ID
+	}
+	if err := e.d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// Ten probes failed: the daemon has been offline for a while.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	probes := func(log []faultproxy.Entry) bool {
+		return faultproxy.Count(log, func(e faultproxy.Entry) bool { return isProbe(e) && e.Action == faultproxy.Reset }) >= 10
+	}
+	if err := e.proxy.Wait(ctx, probes); err != nil {
+		t.Fatalf("waiting for probes: %v", err)
+	}
+	// The sends in flight when the outage began, each maybe twice (net/http
+	// sends a request again once when a kept-alive connection dies).
+	writes := faultproxy.Count(e.proxy.Log(), func(e faultproxy.Entry) bool {
+		return !isProbe(e) && e.Method != http.MethodGet && e.Action == faultproxy.Reset
+	})
+	if limit := 2 * e.d.conc; writes > limit {
+		t.Errorf("%d write attempts while offline, want at most %d", writes, limit)
+	}
+	if st, err := e.store.Stats(); err != nil || st.Counts[queue.StateRetryWaiting] > e.d.conc {
+		t.Errorf("stats %+v %v: at most %d attempted", st.Counts, err, e.d.conc)
+	}
+	offline.Store(false)
+	e.events.wait(t, "all done", func([]queue.Event) bool {
+		st, err := e.store.Stats()
+		return err == nil && st.Counts[queue.StateDone] == queued+1
+	})
 }

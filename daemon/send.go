@@ -509,6 +509,7 @@ func (d *Daemon) observe(online, well, byProbe bool) {
 			d.probeNow()
 		} else {
 			d.kickPull() // the remote is back: read what changed meanwhile
+			d.wake()     // and the workers send what they held (offlineHold)
 		}
 	}
 	if flush {

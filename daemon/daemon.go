@@ -96,11 +96,13 @@ type Config struct {
 	// past the queue's retention and change-log events past its history
 	// are deleted.
 	SweepInterval time.Duration
-	// ProbeInterval is how long after the remote stopped answering the
-	// daemon first probes it, when operations wait (default
-	// DefaultProbeInterval); the wait doubles after every probe, up to
-	// 12 intervals. Negative: never probe. Probing needs a Transport
-	// that is a Prober.
+	// ProbeInterval paces the probes of a remote that stopped
+	// answering, when operations wait (default DefaultProbeInterval):
+	// the first goes after the shorter of a second and the interval, and
+	// the wait doubles after every probe, up to 12 intervals. While the
+	// remote does not answer, the workers hold the queue for the prober.
+	// Negative: never probe (and no hold). Probing needs a Transport that
+	// is a Prober.
 	ProbeInterval time.Duration
 	// Owner names this daemon in operation leases (default host, pid and
 	// a random suffix).

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -299,5 +301,38 @@ func TestConflictAfterThePullKeepsItsFields(t *testing.T) {
 	e, _ := entity(t, s, "n")
 	if e.Conflict == nil || len(e.Conflict.Paths) != 1 || string(e.Conflict.Paths[0].Base) != `"a"` {
 		t.Fatalf("conflict after the pull: %+v", e.Conflict)
+	}
+}
+
+// TestUpdatePathsWithinLimits: an empty patch changes no field (not the
+// whole data); a patch naming more fields, or longer ones, than a server
+// takes goes as the whole data instead of failing for good on a 400.
+func TestUpdatePathsWithinLimits(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{MergeableTypes: []string{"note"}})
+	create(t, s, "n", `{"a":1}`)
+	sendAndComplete(t, s, "srv-n", 1)
+	if r := mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{}`)}); r.Operation.Paths == nil || len(r.Operation.Paths) != 0 {
+		t.Fatalf("empty patch: paths %#v, want an empty list", r.Operation.Paths)
+	}
+	big := func(from, n int) json.RawMessage {
+		m := map[string]int{}
+		for i := from; i < from+n; i++ {
+			m[fmt.Sprintf("f%d", i)] = i
+		}
+		b, _ := json.Marshal(m)
+		return b
+	}
+	// Two unsent edits of 600 fields each: merged, 1,200: the whole data.
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: big(0, 600)})
+	if r := mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: big(600, 600)}); r.Operation.Paths != nil {
+		t.Fatalf("1,200 fields: %d paths, want none (the whole data)", len(r.Operation.Paths))
+	}
+	long := json.RawMessage(`{"` + strings.Repeat("x", 1100) + `":1}`)
+	s2, _ := setup(t, Config{})
+	create(t, s2, "n", `{"a":1}`)
+	sendAndComplete(t, s2, "srv-n", 1)
+	if r := mustApply(t, s2, Write{Op: OpUpdate, EntityID: "n", Data: long}); r.Operation.Paths != nil {
+		t.Fatalf("a 1,100-byte path: %q, want none (the whole data)", r.Operation.Paths)
 	}
 }

@@ -754,7 +754,7 @@ func (s *Store) ResolveWith(ctx context.Context, account, entityType, id string,
 		}
 		op.App = app
 		if typ == OpUpdate && result != nil {
-			op.Paths = opPaths
+			op.Paths = fitPaths(opPaths)
 		}
 		if err := purge(op); err != nil {
 			return err

@@ -273,7 +273,7 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	op.App = w.App
 	op.After = w.After
 	if w.Op == OpUpdate {
-		op.Paths = paths
+		op.Paths = fitPaths(paths)
 	}
 
 	if w.Op == OpDelete && head != nil && head.State == StatePermanentFailed && head.Declined {
@@ -348,7 +348,7 @@ func (tx *txw) apply(w *Write) (Result, error) {
 			// Sent again as a create, it would meet the same fields.
 			head.Type = OpUpdate
 			if leaves, err := fieldmerge.LeafPaths(e.Data); err == nil {
-				head.Paths = unionPaths(leaves, paths)
+				head.Paths = unionPaths(leaves, fitPaths(paths))
 			}
 		}
 		if err := tx.userRetry(head); err != nil {
@@ -454,7 +454,18 @@ func unionPaths(a, b []string) []string {
 	if a == nil || b == nil {
 		return nil
 	}
-	return fieldmerge.Cover(append(slices.Clone(a), b...))
+	return fitPaths(fieldmerge.Cover(append(slices.Clone(a), b...)))
+}
+
+// fitPaths is paths, or nil (the whole data) when they are more, or
+// longer, than a server takes (fieldmerge.Fits): such a change goes as a
+// write of the whole data, which a merging server refuses whole on an
+// old base, instead of failing for good on a 400.
+func fitPaths(paths []string) []string {
+	if !fieldmerge.Fits(paths) {
+		return nil
+	}
+	return paths
 }
 
 // doneUnsent records a pending operation done without sending it: its

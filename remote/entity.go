@@ -374,7 +374,9 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, CodeValidation, msg)
 		return
 	}
-	if req.Paths != nil {
+	if req.Paths != nil && s.policy(typ) == PolicyMerge {
+		// Only the merge policy reads paths: under lww and reject they
+		// are ignored, whatever they hold.
 		if err := fieldmerge.ParsePaths(*req.Paths); err != nil {
 			writeError(w, r, http.StatusBadRequest, CodeValidation, "paths must be JSON pointers to fields: "+err.Error())
 			return

@@ -769,3 +769,22 @@ func TestServerCommandConflicts(t *testing.T) {
 	}
 	p.stop(t)
 }
+
+// TestLWWIgnoresPaths: only the merge policy reads paths; under lww and
+// reject they are ignored, whatever they hold (a client that names more
+// than a merging server takes is no reason to refuse a whole write).
+func TestLWWIgnoresPaths(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		cfg := b.config(t)
+		cfg.Conflicts = map[string]Policy{"*": PolicyLWW, "tasks": PolicyReject}
+		h := setup(t, cfg)
+		for _, typ := range []string{"notes", "tasks"} {
+			e := h.createOne(t, "alice", typ, "c", `{"a":1}`)
+			r := h.must(t, "PATCH", "/v1/"+typ+"/"+e.ID, "alice", newKey(), mergeBody(`{"a":2}`, 1, "not a pointer", "/a/b"))
+			if r.status != http.StatusOK || string(entityOf(t, r).Data) != `{"a":2}` {
+				t.Fatalf("%s: %d %s", typ, r.status, r.body)
+			}
+		}
+	})
+}

@@ -239,18 +239,33 @@ func Deletes(r Record, base int64) bool { return base >= r.Version }
 
 // PatchPaths returns the paths an RFC 7396 merge patch changes, sorted:
 // each member whose value is not an object is a path (a null removes
-// it); an object recurses into its members (an empty one is a path).
+// it); an object recurses into its members (an empty one is a path). An
+// empty patch changes none: an empty list, not nil.
 func PatchPaths(patch json.RawMessage) ([]string, error) {
 	obj, err := decodeObject(patch)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the patch: %v", ErrInvalid, err)
 	}
-	var out []string
+	out := []string{} // an empty patch changes no field: not nil, the whole data
 	for _, t := range leafTokens(obj, nil, nil) {
 		out = append(out, join(t))
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// Fits reports whether paths are within the limits ParsePaths checks: a
+// client that has more to name sends the whole data instead.
+func Fits(paths []string) bool {
+	if len(paths) > MaxPaths {
+		return false
+	}
+	for _, p := range paths {
+		if len(p) > MaxPathBytes {
+			return false
+		}
+	}
+	return true
 }
 
 // LeafPaths returns every leaf path of data, sorted: the paths a create

@@ -1,8 +1,10 @@
 // Package client is the Go client apps use to talk to syncd's local API:
-// entity writes and reads, the operation queue, status, the session, and
-// a live event subscription that resumes by itself after a reconnect. It
-// reaches syncd over loopback TCP (Config.Addr) or, on Linux and macOS,
-// over syncd's Unix socket (Config.Socket).
+// entity writes and reads, conflicts (whole or field by field) and their
+// resolution, the versions the server keeps of a record, the operation
+// queue, status, the session, and a live event subscription that
+// resumes by itself after a reconnect. It reaches syncd over loopback TCP
+// (Config.Addr) or, on Linux and macOS, over syncd's Unix socket
+// (Config.Socket).
 //
 // It has no dependency on syncd's storage: an app links this package and
 // gorilla/websocket, nothing else of syncd.
@@ -257,6 +259,11 @@ type Entity struct {
 	// locally: in a conflict (SyncState "conflict"), or pulled while
 	// local changes were unsent.
 	Server *ServerRecord `json:"server,omitempty"`
+	// Conflict is set in state conflict when the server named the
+	// fields in conflict (a merging server): only the fields both sides
+	// changed, each with its base, local and server value. Nil: the
+	// conflict is of the whole record (see Server).
+	Conflict *Conflict `json:"conflict,omitempty"`
 	// Blocked: the entity's next operation waits for an earlier member
 	// of its ordered group, BlockedBy (as Operation.BlockedBy).
 	Blocked   bool   `json:"blocked,omitempty"`
@@ -282,13 +289,14 @@ type ServerRecord struct {
 	// Missing says why Data is absent from a live record: too_large,
 	// refresh_needed.
 	Missing string `json:"missing,omitempty"`
+	// Paths are the fields in conflict (JSON pointers), when the server
+	// named them in its refusal (a merging server); empty: the whole
+	// record.
+	Paths []string `json:"paths,omitempty"`
+	// Base is the record's data at the version the refused change was
+	// made on, when the server's refusal carried it.
+	Base json.RawMessage `json:"base,omitempty"`
 }
-
-// Resolve takes of an entity in conflict.
-const (
-	TakeServer = "server"
-	TakeLocal  = "local"
-)
 
 // Operation is one queued intent.
 type Operation struct {
@@ -339,6 +347,12 @@ type Operation struct {
 	// App is the app whose token made the write; empty for the admin
 	// token and for operations syncd made itself.
 	App string `json:"app,omitempty"`
+	// Paths are the fields an update changes (JSON pointers): the
+	// members its merge patch set or removed, with those of the unsent
+	// updates it superseded; sent beside the whole data so a merging
+	// server applies only them. Nil: the whole data (a create, a delete,
+	// an update syncd made).
+	Paths []string `json:"paths,omitempty"`
 }
 
 // Status is syncd's one-screen summary.
@@ -578,17 +592,6 @@ func (c *Client) Retry(ctx context.Context, id string) (Operation, error) {
 func (c *Client) Discard(ctx context.Context, id string) error {
 	_, err := c.do(ctx, http.MethodPost, "/v1/operations/"+esc(id)+"/discard", nil, nil, nil, nil)
 	return err
-}
-
-// Resolve settles an entity in conflict: take TakeServer (the local
-// entity becomes the server's record, or is removed if the server
-// deleted it) or TakeLocal (the local data is sent again, on the
-// server's current version). The answer's Removed says the entity left
-// the store.
-func (c *Client) Resolve(ctx context.Context, typ, id, take string) (Entity, error) {
-	var e Entity
-	_, err := c.do(ctx, http.MethodPost, "/v1/entities/"+esc(typ)+"/"+esc(id)+"/resolve", nil, map[string]string{"take": take}, nil, &e)
-	return e, err
 }
 
 // Refresh reads the entity's record from the server again and settles

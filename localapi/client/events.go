@@ -40,6 +40,39 @@ type Event struct {
 	BlockedBy string `json:"blockedBy,omitempty"`
 }
 
+// EntityChange is the data of an entity event that carries some: where
+// the change came from and which fields it touched (docs/events.md).
+type EntityChange struct {
+	// Origin is OriginRemote for a change pulled from the server, and
+	// OriginAnswer for fields a merging server's answer to this device's
+	// write brought in; empty for the app's own writes.
+	Origin string `json:"origin,omitempty"`
+	// Paths are the fields of the server's record merged into an entity
+	// whose own edits wait (JSON pointers): those whose local value
+	// changed.
+	Paths []string `json:"paths,omitempty"`
+	// ConflictPaths, on an entity.changed in state conflict field by
+	// field, are the fields in conflict (Entity.Conflict has their
+	// values).
+	ConflictPaths []string `json:"conflictPaths,omitempty"`
+}
+
+// Origins of EntityChange.
+const (
+	OriginRemote = "remote"
+	OriginAnswer = "answer"
+)
+
+// EntityChange decodes the data of an entity.changed or entity.removed
+// event; the zero EntityChange when it carries none (or another shape).
+func (e Event) EntityChange() EntityChange {
+	var c EntityChange
+	if len(e.Data) > 0 && json.Unmarshal(e.Data, &c) != nil {
+		return EntityChange{}
+	}
+	return c
+}
+
 // EventResync tells the subscriber that events it asked for are no
 // longer kept: re-read the state it shows, then carry on.
 const EventResync = "resync"

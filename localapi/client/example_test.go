@@ -55,3 +55,39 @@ func Example() {
 		}
 	}
 }
+
+// An app settles a conflict field by field: the user picks a side for
+// each field both devices changed; this device's other edits are kept.
+func ExampleClient_ResolvePaths() {
+	ctx := context.Background()
+	c, err := client.New(client.Config{Token: "…"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	note, err := c.Get(ctx, "note", "n1")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if note.SyncState != "conflict" {
+		return
+	}
+	if note.Conflict == nil {
+		// The conflict is of the whole record: take one side, or merge
+		// note.Data and note.Server.Data yourself and ResolveData.
+		_, err = c.Resolve(ctx, "note", note.ID, client.TakeServer)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	sides := map[string]string{}
+	for _, p := range note.Conflict.Paths {
+		fmt.Printf("%s: was %s, here %s, there %s\n", p.Path, p.Base, p.Local, p.Server)
+		sides[p.Path] = client.TakeLocal // what the user chose
+	}
+	res, err := c.ResolvePaths(ctx, "note", note.ID, sides)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("sent as operation", res.OperationID)
+}

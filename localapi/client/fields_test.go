@@ -8,6 +8,7 @@ import (
 	"github.com/syncd/syncd/daemon"
 	"github.com/syncd/syncd/localapi/client"
 	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/transport"
 )
 
 // The client's types carry every member the API sends of an entity and
@@ -20,6 +21,10 @@ func TestClientTypesCarryEveryMember(t *testing.T) {
 		{queue.Event{}, client.Event{}},
 		{daemon.Status{}, client.Status{}},
 		{daemon.RemoteProblem{}, client.RemoteProblem{}},
+		{queue.ServerState{}, client.ServerRecord{}},
+		{queue.Conflict{}, client.Conflict{}},
+		{queue.ConflictPath{}, client.ConflictPath{}},
+		{transport.Version{}, client.Version{}},
 	} {
 		have := jsonNames(reflect.TypeOf(c.client))
 		for name := range jsonNames(reflect.TypeOf(c.api)) {

@@ -4,7 +4,7 @@
 // which has fetch but no global WebSocket, pass one (the `ws` package's)
 // as `WebSocket`.
 
-import type { App, BatchWrite, Entity, List, Operation, Status, SyncEvent } from "./types.js";
+import type { App, BatchWrite, Entity, List, Operation, Resolution, Side, Status, SyncEvent, Version } from "./types.js";
 export * from "./types.js";
 
 /** An error answer of the local API. `code` is stable: switch on it. */
@@ -181,9 +181,31 @@ export class SyncdClient {
     }
   }
 
-  /** Settles an entity in conflict: take the server's record, or keep the local data. */
-  async resolve(type: string, id: string, take: "server" | "local"): Promise<Entity> {
-    return (await this.request("POST", `/v1/entities/${seg(type)}/${seg(id)}/resolve`, { body: { take } })) as Entity;
+  /**
+   * Settles an entity in conflict: `take` the server's record or this
+   * device's changes whole (`resolve(type, id, "server")` is short for
+   * `{ take: "server" }`), pick a side per field in conflict (`{ paths:
+   * { "/title": "local", "/done": "server" } }`), or give the merged data
+   * (`{ data }`). What keeps something of this device goes out as a new
+   * operation on the server's current version: the answer's
+   * `operationId`; `removed` says the entity left the store. Fails with
+   * no_conflict (409), or invalid_request (400) for a side missing or
+   * given for a field not in conflict.
+   */
+  async resolve(type: string, id: string, resolution: Side | Resolution): Promise<Entity> {
+    const body = typeof resolution === "string" ? { take: resolution } : resolution;
+    return (await this.request("POST", `/v1/entities/${seg(type)}/${seg(id)}/resolve`, { body })) as Entity;
+  }
+
+  /**
+   * The versions the server keeps of the entity's record, newest first,
+   * read from the server at each call: an edit overwritten or resolved
+   * away can be found there and written again. Fails with not_on_server
+   * (409: its create is not answered yet), versions_unsupported (501) or
+   * remote_unavailable (503).
+   */
+  async versions(type: string, id: string): Promise<Version[]> {
+    return ((await this.request("GET", `/v1/entities/${seg(type)}/${seg(id)}/versions`)) as { items: Version[] }).items;
   }
 
   /**

@@ -14,6 +14,33 @@ export interface ServerRecord {
   data?: Record<string, unknown>;
   /** Why data is absent from a live record: too_large, refresh_needed. */
   missing?: "too_large" | "refresh_needed";
+  /** The fields in conflict (JSON pointers), when the server named them: a merging server's refusal. */
+  paths?: string[];
+  /** The record's data at the version the refused change was made on, when the server's refusal carried it. */
+  base?: Record<string, unknown>;
+}
+
+/**
+ * One field in conflict. A value is absent (`!("local" in p)`) where the
+ * field does not exist on that side, and `null` where it is JSON null;
+ * `base` is absent too when the server no longer keeps the base version
+ * (`baseKnown` false).
+ */
+export interface ConflictPath {
+  /** The field, a JSON pointer such as /title or /address/city: a key of resolve's `paths`. */
+  path: string;
+  /** The field's value at the version this device's change was made on. */
+  base?: unknown;
+  baseKnown: boolean;
+  /** The field's value on this device. */
+  local?: unknown;
+  /** The field's value on the server. */
+  server?: unknown;
+}
+
+/** An entity's conflict field by field: only the fields both sides changed. */
+export interface Conflict {
+  paths: ConflictPath[];
 }
 
 export interface Entity {
@@ -35,6 +62,12 @@ export interface Entity {
   syncedOperationId?: string;
   serverVersion?: number;
   server?: ServerRecord;
+  /**
+   * In state conflict, when the server named the fields in conflict (a
+   * merging server): each with its base, local and server value. Absent:
+   * the conflict is of the whole record (see `server`).
+   */
+  conflict?: Conflict;
   /** The entity's next operation is held by its ordered group (blockedBy: what it waits for). */
   blocked?: boolean;
   blockedBy?: string;
@@ -76,6 +109,39 @@ export interface Operation {
   blockedBy?: string;
   /** The app whose token made the write; absent for the admin token. */
   app?: string;
+  /**
+   * The fields an update changes (JSON pointers), sent beside the whole
+   * data so a merging server applies only them. Absent: the whole data (a
+   * create, a delete, an update syncd made).
+   */
+  paths?: string[];
+}
+
+/** A side of a conflict: resolve's take, and the values of its paths. */
+export type Side = "server" | "local";
+
+/**
+ * How resolve settles a conflict: exactly one of
+ * - `take`: the whole entity (`local` in a conflict field by field keeps
+ *   this device's changed fields laid over the server's record);
+ * - `paths`: a side for each field in conflict (each path of
+ *   `conflict.paths`, and only those); this device's other changes are kept;
+ * - `data`: the merged data the app made.
+ */
+export type Resolution =
+  | { take: Side; paths?: never; data?: never }
+  | { paths: Record<string, Side>; take?: never; data?: never }
+  | { data: Record<string, unknown>; take?: never; paths?: never };
+
+/** One version the server keeps of an entity's record (versions()). */
+export interface Version {
+  version: number;
+  /** The record's data at this version; absent from a deletion. */
+  data?: Record<string, unknown>;
+  deleted?: boolean;
+  /** The Idempotency-Key of the write that made it: an operation's id when this device made it. */
+  operationId?: string;
+  updatedAt?: string;
 }
 
 export interface List<T> {
@@ -141,6 +207,22 @@ export interface App {
   token?: string;
 }
 
+/**
+ * The data of an entity.changed or entity.removed event, when it carries
+ * some.
+ */
+export interface EntityChangeData {
+  /** remote: pulled from the server (another device's write); answer: a merging server's answer to this device's write. */
+  origin?: "remote" | "answer";
+  /** Fields of the server's record merged into an entity whose own edits wait: those whose local value changed. */
+  paths?: string[];
+  /** entity.changed in state conflict field by field: the fields in conflict (the entity's conflict has their values). */
+  conflictPaths?: string[];
+}
+
+/** An event's type-specific fields; those of entity events are typed. */
+export type SyncEventData = Record<string, unknown> & EntityChangeData;
+
 export interface SyncEvent {
   seq: number;
   time: string;
@@ -153,7 +235,7 @@ export interface SyncEvent {
   syncState?: SyncState;
   errorCode?: string;
   mergedInto?: string;
-  data?: Record<string, unknown>;
+  data?: SyncEventData;
   /** operation.state: the app that made the operation. */
   app?: string;
   /** operation.state of an operation held by its ordered group: what it waits for. */
@@ -174,12 +256,14 @@ export interface BatchWrite {
 export const members = {
   Entity: ["accountId", "type", "id", "data", "deleted", "syncState", "serverId", "syncError", "syncCode", "version",
     "createdAt", "updatedAt", "lastOperationId", "syncedOperationId", "serverVersion", "server", "blocked", "blockedBy",
-    "operationId"],
-  ServerRecord: ["id", "version", "deleted", "data", "missing"],
+    "operationId", "conflict"],
+  ServerRecord: ["id", "version", "deleted", "data", "missing", "paths", "base"],
+  ConflictPath: ["path", "base", "baseKnown", "local", "server"],
+  Version: ["version", "data", "deleted", "operationId", "updatedAt"],
   Operation: ["id", "seq", "accountId", "operationType", "entityType", "entityId", "payloadVersion", "payload",
     "payloadFingerprint", "state", "attemptCount", "nextAttemptAt", "leaseOwner", "leaseExpiresAt", "lastErrorCode",
     "lastError", "createdAt", "completedAt", "userRetriedAt", "requestFingerprint", "declined", "remoteKey",
-    "maybeApplied", "mergedInto", "after", "blocked", "blockedBy", "app"],
+    "maybeApplied", "mergedInto", "after", "blocked", "blockedBy", "app", "paths"],
   PullStatus: ["mode", "state", "lastPullAt", "received", "bootstrapReceived", "lastError"],
   RemoteProblem: ["code", "kind", "seen", "fix", "since", "nextCheckAt"],
   Status: ["accountId", "signedIn", "online", "paused", "pauseReason", "remoteProblem", "counts",
@@ -198,7 +282,7 @@ export const errorCodes = [
   "entity_exists", "illegal_transition", "not_purgeable", "no_conflict", "purge_in_progress", "idempotency_key_reused",
   "upgrade_required", "internal", "shutting_down", "too_many_subscribers", "storage_full", "admin_required", "read_only",
   "type_not_granted", "account_not_granted", "app_exists", "refresh_unsupported", "remote_unavailable",
-  "entity_stale",
+  "entity_stale", "versions_unsupported", "not_on_server",
 ] as const;
 
 export type ErrorCode = (typeof errorCodes)[number];

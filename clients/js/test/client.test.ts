@@ -81,6 +81,24 @@ describe("the client against a real daemon", () => {
     await assert.rejects(c.get("note", "b3"), (err: unknown) => err instanceof SyncdError && err.code === "not_found");
   });
 
+  it("reads the versions the server keeps, with stable error codes", async () => {
+    const e = await c.create("note", { title: "v1" }, { id: "h1" });
+    await until("h1 synced", async () => (await c.get("note", "h1")).syncState === "synced");
+    await c.update("note", "h1", { title: "v2" });
+    await until("h1's update synced", async () => (await c.get("note", "h1")).syncState === "synced");
+    const vs = await c.versions("note", "h1");
+    assert.deepEqual(vs.map((v) => [v.version, v.data]), [[2, { title: "v2" }], [1, { title: "v1" }]]);
+    assert.equal(vs[1]!.operationId, e.operationId);
+    assert.ok(vs[0]!.updatedAt);
+    await assert.rejects(c.versions("note", "nowhere"), (err: unknown) => err instanceof SyncdError && err.code === "not_found");
+    // The server refuses the create (its test hook): it never has a record of it.
+    const bad = await c.create("note", { invalid: true }, { id: "h2" });
+    await until("h2 refused", async () => (await c.operation(bad.operationId!)).state === "permanent_failed");
+    await assert.rejects(c.versions("note", "h2"),
+      (err: unknown) => err instanceof SyncdError && err.code === "not_on_server" && err.status === 409);
+    await c.discard(bad.operationId!);
+  });
+
   it("retries and discards a failed operation, reads status", async () => {
     const e = await c.create("note", { invalid: true }, { id: "bad" });
     const id = e.operationId!;
@@ -192,6 +210,81 @@ describe("two devices and a server that rejects conflicts", () => {
     assert.equal(r.syncState, "synced");
     assert.deepEqual(r.data, { v: 0, by: "A" });
     await until("the callback saw the conflict", async () => events.includes("conflict"));
+    sub.close();
+    await b.stop();
+    await a.stop();
+    await server.stop();
+  });
+});
+
+describe("two devices and a server that merges field by field", () => {
+  it("shows the fields in conflict, merges the others, and resolves per field or with merged data", async () => {
+    const server = await startServer();
+    const a = await startDaemon({ args: ["--remote", server.url] });
+    const ca = new SyncdClient({ addr: a.addr, token: a.token, WebSocket: WS });
+    await ca.setSession("alice", "alice.a");
+    const ids = ["x", "y", "z"];
+    for (const id of ids) await ca.create("note", { title: "Groceries", done: false }, { id });
+    await until("A synced", async () => (await ca.list("note", { syncState: "synced" })).items.length === 3);
+
+    let b = await startDaemon({ args: ["--remote", server.url, "--pull", "on"] });
+    let cb = new SyncdClient({ addr: b.addr, token: b.token, WebSocket: WS });
+    await cb.setSession("alice", "alice.b");
+    await until("B pulled the notes", async () => (await cb.list("note")).items.length === 3);
+    // B goes on without pulling: it will not see A's next edits.
+    await b.stop();
+    b = await startDaemon({ dataDir: b.dataDir, port: b.port, args: ["--remote", server.url, "--pull", "off"] });
+    cb = new SyncdClient({ addr: b.addr, token: b.token, WebSocket: WS });
+
+    for (const id of ids) await ca.update("note", id, { title: "Shopping" });
+    await until("A's edits synced", async () => (await ca.list("note", { syncState: "synced" })).items.length === 3);
+    const events: SyncEvent[] = [];
+    const sub = cb.subscribe({ since: (await cb.status()).lastEventSeq, type: "entity.changed", onEvent: (e) => events.push(e) });
+
+    // z: B changes another field than A did: both land, and the server's
+    // answer brings A's title in.
+    const zu = await cb.update("note", "z", { done: true });
+    const zop = await cb.operation(zu.operationId!);
+    assert.deepEqual(zop.paths, ["/done"]);
+    await until("z synced", async () => (await cb.get("note", "z")).syncState === "synced");
+    assert.deepEqual((await cb.get("note", "z")).data, { title: "Shopping", done: true });
+    await until("z's merged event", async () => events.some((e) => e.entityId === "z" && e.data?.origin === "answer"));
+    const merged = events.find((e) => e.entityId === "z" && e.data?.origin === "answer")!;
+    assert.deepEqual(merged.data?.paths, ["/title"]);
+
+    // x and y: B changes the title A changed too: a conflict on /title only.
+    for (const id of ["x", "y"]) await cb.update("note", id, { title: "Food", done: true });
+    await until("x and y in conflict", async () => (await cb.list("note", { syncState: "conflict" })).items.length === 2);
+    const x = await cb.get("note", "x");
+    assert.deepEqual(x.conflict, { paths: [{ path: "/title", base: "Groceries", baseKnown: true, local: "Food", server: "Shopping" }] });
+    assert.deepEqual(x.server?.paths, ["/title"]);
+    assert.deepEqual(x.server?.base, { title: "Groceries", done: false });
+    await until("the conflict's event", async () => events.some((e) => e.entityId === "x" && e.syncState === "conflict"));
+    const ev = events.find((e) => e.entityId === "x" && e.syncState === "conflict")!;
+    assert.deepEqual(ev.data?.conflictPaths, ["/title"]);
+
+    // Per field: A's title, B's done.
+    await assert.rejects(cb.resolve("note", "x", { paths: { "/done": "local" } }),
+      (err: unknown) => err instanceof SyncdError && err.code === "invalid_request" && err.status === 400);
+    const rx = await cb.resolve("note", "x", { paths: { "/title": "server" } });
+    assert.equal(rx.syncState, "pending");
+    assert.ok(rx.operationId);
+    assert.equal(rx.conflict, undefined);
+    assert.deepEqual(rx.data, { title: "Shopping", done: true });
+    assert.deepEqual((await cb.operation(rx.operationId!)).paths, ["/done"]);
+    // The app's own merge.
+    const ry = await cb.resolve("note", "y", { data: { title: "Food & Shopping", done: true } });
+    assert.ok(ry.operationId);
+    await until("x and y synced", async () => (await cb.list("note", { syncState: "synced" })).items.length === 3);
+    assert.deepEqual((await cb.get("note", "y")).data, { title: "Food & Shopping", done: true });
+
+    const vs = await cb.versions("note", "x");
+    assert.deepEqual(vs.map((v) => [v.version, v.data]), [
+      [3, { title: "Shopping", done: true }],
+      [2, { title: "Shopping", done: false }],
+      [1, { title: "Groceries", done: false }],
+    ]);
+    assert.equal(vs[0]!.operationId, rx.operationId);
     sub.close();
     await b.stop();
     await a.stop();

@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { errorCodes, members } from "../src/types.js";
+import { errorCodes, members, type Resolution, type SyncEvent } from "../src/types.js";
 
 // The types cannot drift from the API: every member of a schema in
 // localapi/openapi.json is carried by the TypeScript type of that name,
@@ -26,4 +26,16 @@ it("knows every error code", () => {
   const codes = spec.components.schemas.ErrorCode?.enum ?? [];
   const missing = codes.filter((c) => !(errorCodes as readonly string[]).includes(c));
   assert.deepEqual(missing, []);
+});
+
+it("types a resolution as exactly one of take, paths or data, and entity event data", () => {
+  const ok: Resolution[] = [{ take: "server" }, { paths: { "/title": "local", "/done": "server" } }, { data: { title: "x" } }];
+  // @ts-expect-error: take and data at once
+  const both: Resolution = { take: "local", data: {} };
+  // @ts-expect-error: a side is server or local
+  const wrong: Resolution = { paths: { "/title": "mine" } };
+  const e: SyncEvent = { seq: 1, time: "", type: "entity.changed", data: { origin: "answer", paths: ["/title"] } };
+  const origin: "remote" | "answer" | undefined = e.data?.origin;
+  assert.equal(ok.length + [both, wrong].length, 5);
+  assert.equal(origin, "answer");
 });

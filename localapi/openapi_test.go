@@ -3,6 +3,9 @@ package localapi
 import (
 	"cmp"
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -192,4 +196,45 @@ func jsonFields(t reflect.Type) []string {
 		names = append(names, cmp.Or(name, f.Name))
 	}
 	return names
+}
+
+// TestOpenAPIErrorCodes: the ErrorCode enum lists every code errors.go
+// defines, and nothing else.
+func TestOpenAPIErrorCodes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	var ec struct {
+		Enum []string `json:"enum"`
+	}
+	if err := json.Unmarshal(doc.Components.Schemas["ErrorCode"], &ec); err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "errors.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codes []string
+	for _, decl := range f.Decls {
+		gd, ok := decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				if !strings.HasPrefix(name.Name, "Code") || i >= len(vs.Values) {
+					continue
+				}
+				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					v, _ := strconv.Unquote(lit.Value)
+					codes = append(codes, v)
+				}
+			}
+		}
+	}
+	slices.Sort(codes)
+	enum := slices.Sorted(slices.Values(ec.Enum))
+	if !slices.Equal(codes, enum) {
+		t.Errorf("errors.go codes\n\t%v\nErrorCode enum\n\t%v", codes, enum)
+	}
 }

@@ -182,7 +182,7 @@ func TestCLIOps(t *testing.T) {
 	id := c.fail()
 
 	out := c.must("ops", "list")
-	contains(t, "ops list", out, "ID", "STATE", "ATTEMPTS", id, "permanent_failed", "create  note/n", "validation")
+	contains(t, "ops list", out, "ID", "STATE", "ATTEMPTS", "FIELDS", id, "permanent_failed", "create  note/n", "validation")
 	if n := strings.Count(out, "\n"); n != 3 {
 		t.Errorf("ops list: %d lines, want a header and 2 rows:\n%s", n, out)
 	}
@@ -190,6 +190,12 @@ func TestCLIOps(t *testing.T) {
 	if strings.Contains(out, id) || strings.Count(out, "\n") != 2 {
 		t.Errorf("ops list --state pending:\n%s", out)
 	}
+	// An update lists the fields it changes.
+	if _, err := c.Store.Apply(context.Background(), queue.Write{Op: queue.OpUpdate, AccountID: "alice", EntityType: "note", EntityID: "n2",
+		Data: json.RawMessage(`{"title":"y","tags":null}`)}); err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "ops list with an update", c.must("ops", "list", "--state", "pending"), "update  note/n2", "/tags,/title")
 	var page struct {
 		Items []struct{ ID, State string }
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"strings"
 	"time"
 
 	"github.com/syncd/syncd/localapi/client"
@@ -64,14 +65,14 @@ func cmdOps(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return printJSON(stdout, l)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATE\tOP\tENTITY\tAPP\tATTEMPTS\tAGE\tERROR")
+		fmt.Fprintln(tw, "ID\tSTATE\tOP\tENTITY\tAPP\tATTEMPTS\tAGE\tERROR\tFIELDS")
 		for _, op := range l.Items {
 			state, why := op.State, op.LastErrorCode
 			if op.Blocked {
 				// Held by its ordered group: say for what.
 				state, why = "blocked", "waits for "+op.BlockedBy
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%s\t%d\t%s\t%s\n", op.ID, state, op.Type, op.EntityType, op.EntityID, cmp.Or(op.App, "-"), op.AttemptCount, time.Since(op.CreatedAt).Round(time.Second), why)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%s\t%d\t%s\t%s\t%s\n", op.ID, state, op.Type, op.EntityType, op.EntityID, cmp.Or(op.App, "-"), op.AttemptCount, time.Since(op.CreatedAt).Round(time.Second), cmp.Or(why, "-"), fieldsOf(op))
 		}
 		return tw.Flush()
 	case "show":
@@ -115,4 +116,21 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// fieldsOf is the FIELDS column of ops list: the fields an update
+// changes (a merging server applies only those), at most three then a
+// count; "all" for a write of the whole data.
+func fieldsOf(op client.Operation) string {
+	switch {
+	case op.Type != "update":
+		return "-"
+	case op.Paths == nil:
+		return "all"
+	case len(op.Paths) == 0:
+		return "none"
+	case len(op.Paths) > 3:
+		return fmt.Sprintf("%s +%d", strings.Join(op.Paths[:3], ","), len(op.Paths)-3)
+	}
+	return strings.Join(op.Paths, ",")
 }

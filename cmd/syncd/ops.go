@@ -7,8 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/syncd/syncd/localapi/client"

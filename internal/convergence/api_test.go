@@ -75,6 +75,14 @@ func errCode(m map[string]any) string {
 	return ""
 }
 
+// errText is an error answer's code and message.
+func errText(m map[string]any) string {
+	if e, ok := m["error"].(map[string]any); ok {
+		return fmt.Sprintf("%s (%v)", e["code"], e["message"])
+	}
+	return ""
+}
+
 func str(m map[string]any, k string) string {
 	s, _ := m[k].(string)
 	return s

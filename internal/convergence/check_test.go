@@ -80,6 +80,7 @@ func heldOps(d *device) (held int, free []string, err error) {
 func (r *run) waitQuiet(strict bool) (time.Duration, error) {
 	start := time.Now()
 	deadline := start.Add(r.p.quietTimeout)
+	report := start.Add(10 * time.Second)
 	for {
 		var why []string
 		for _, d := range r.c.devices {
@@ -90,11 +91,33 @@ func (r *run) waitQuiet(strict bool) (time.Duration, error) {
 		if len(why) == 0 {
 			return time.Since(start), nil
 		}
+		if time.Now().After(report) { // a slow quiet: say what it waits for
+			r.t.Logf("not quiet after %s: %s%s", time.Since(start).Round(time.Second), strings.Join(why, "; "), r.waiting())
+			report = report.Add(10 * time.Second)
+		}
 		if time.Now().After(deadline) {
 			return time.Since(start), fmt.Errorf("no quiet after %s: %s", r.p.quietTimeout, strings.Join(why, "; "))
 		}
 		time.Sleep(100 * time.Millisecond) // polling other processes' status
 	}
+}
+
+// waiting lists the operations waiting for a retry, with the error
+// and the time they wait for: why a quiet is slow.
+func (r *run) waiting() string {
+	var b strings.Builder
+	for _, d := range r.c.devices {
+		ops, err := listOps(d, "retry_waiting")
+		if err != nil {
+			continue
+		}
+		for _, o := range ops {
+			next, _ := time.Parse(time.RFC3339Nano, str(o, "nextAttemptAt"))
+			fmt.Fprintf(&b, "\n  %s %s %s %s/%s: attempt %v, %s, next in %s", d.name, str(o, "id"), str(o, "operationType"),
+				str(o, "entityType"), str(o, "entityId"), o["attemptCount"], str(o, "lastErrorCode"), time.Until(next).Round(time.Millisecond))
+		}
+	}
+	return b.String()
 }
 
 // intentReport is what became of the operation ids the writes got.
@@ -228,7 +251,7 @@ func (r *run) settleAll() error {
 					continue // one settle per entity and round
 				}
 				seen[k] = true
-				res, dis := r.settle(d, op, []string{"server", "local"}[r.rng.IntN(2)])
+				res, dis := r.settle(d, op, []string{"server", "local"}[r.rng.IntN(2)], r.pick())
 				r.st.finalResolves += res
 				r.st.finalDiscards += dis
 				acted++
@@ -244,12 +267,14 @@ func (r *run) settleAll() error {
 						continue
 					}
 					take := []string{"server", "local"}[r.rng.IntN(2)]
-					code, m, err := d.call("POST", "/v1/entities/"+typ+"/"+str(e, "id")+"/resolve", jsonBody(map[string]string{"take": take}))
+					body, how := r.resolution(e, take, r.pick())
+					code, m, err := d.call("POST", "/v1/entities/"+typ+"/"+str(e, "id")+"/resolve", body)
 					if err == nil && code == 200 {
 						r.st.finalResolves++
-						if oid := str(m, "operationId"); oid != "" {
-							r.intents = append(r.intents, intent{dev: d.idx, opID: oid, what: "resolve take " + take + " " + typ + "/" + str(e, "id")})
-						}
+						r.noteResolve(d, how, typ, str(e, "id"), m)
+					} else if err == nil {
+						r.notePathsRefused(how, code)
+						r.t.Logf("%s: resolve %s/%s %s (deleted locally %v): %d %s", d.name, typ, str(e, "id"), how, e["deleted"] == true, code, errText(m))
 					}
 					acted++
 				}
@@ -264,6 +289,16 @@ func (r *run) settleAll() error {
 		}
 	}
 	return fmt.Errorf("conflicts or failed operations still there after %d rounds of resolving", maxSettleRounds)
+}
+
+// pick draws the choice of a resolution under the merge policy
+// (resolution); under the others it draws nothing, so their seeds keep
+// the sequence of draws they had before merge setups existed.
+func (r *run) pick() int {
+	if r.cfg.policy != policyMerge {
+		return 0
+	}
+	return r.rng.IntN(1 << 20)
 }
 
 // difference is one way a device differs from the server.

@@ -1,10 +1,13 @@
 package convergence
 
 import (
+	"cmp"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -23,7 +26,7 @@ type replica struct {
 func (r *replica) start(t *testing.T) {
 	t.Helper()
 	args := append([]string{"server", "--listen", "127.0.0.1:0"}, r.args...)
-	p, got := startProc(t, r.log, args, "syncd server: listening on ")
+	p, got := startProc(t, t, r.log, args, "syncd server: listening on ")
 	r.proc = p
 	r.url, _, _ = strings.Cut(got[0], " ")
 }
@@ -42,7 +45,9 @@ type device struct {
 	proc    *proc
 	url     string // the local API
 	token   string
-	started bool // signed in once
+	started bool       // signed in once
+	args    []string   // more `syncd run` flags (a scenario's --pull off)
+	owner   *testing.T // the test that owns the processes, when started from its subtests
 }
 
 func (d *device) up() bool { return d.proc != nil && d.proc.alive() }
@@ -51,8 +56,8 @@ func (d *device) start(t *testing.T, account string) {
 	t.Helper()
 	args := []string{"run", "--data-dir", d.dir, "--listen", "127.0.0.1:0", "--socket", "off",
 		"--remote", d.proxy.url(), "--pull", "on"}
-	args = append(args, daemonDebugArgs()...)
-	p, got := startProc(t, d.log, args, "syncd: listening on ", "syncd: API token in ")
+	args = append(append(args, daemonDebugArgs()...), d.args...)
+	p, got := startProc(t, cmp.Or(d.owner, t), d.log, args, "syncd: listening on ", "syncd: API token in ")
 	d.proc = p
 	d.url = got[0]
 	b, err := os.ReadFile(got[1])
@@ -96,9 +101,7 @@ func newCluster(t *testing.T, cfg config, devices int, account string) *cluster 
 	})
 	c := &cluster{t: t, dir: dir, account: account}
 	common := []string{"--dev-tokens", "--tombstone-retention", tombstoneRetention.String()}
-	if cfg.reject {
-		common = append(common, "--reject-conflicts", "*")
-	}
+	common = append(common, policyArgs(t, cfg.policy)...)
 	n := 1
 	storage := []string{"--data-dir", filepath.Join(c.dir, "server")}
 	if cfg.postgres {
@@ -153,4 +156,35 @@ func (c *cluster) feed() (map[string]feedRecord, error) {
 		time.Sleep(100 * time.Millisecond) // a replica restarting: retry the external read
 	}
 	return nil, err
+}
+
+// serverHelp is `syncd server -h` of the binary under test, read once:
+// policyArgs asks it which flags the server has (SYNCD_CONVERGENCE_BIN
+// may name a build from before --conflicts).
+var (
+	helpOnce   sync.Once
+	serverHelp string
+)
+
+// policyArgs are the `syncd server` flags that make policy the conflict
+// policy of every type: --conflicts '*=POLICY'. A server without that
+// flag has reject by --reject-conflicts '*' and merge by default (it
+// merges since field-level merge landed); lww it cannot give, and the
+// test is skipped.
+func policyArgs(t *testing.T, policy string) []string {
+	t.Helper()
+	helpOnce.Do(func() {
+		out, _ := exec.Command(syncdBinary(t), "server", "-h").CombinedOutput() // -h exits 2 after the usage
+		serverHelp = string(out)
+	})
+	switch {
+	case strings.Contains(serverHelp, "\n  -conflicts "): // not -reject-conflicts
+		return []string{"--conflicts", "*=" + policy}
+	case policy == policyReject:
+		return []string{"--reject-conflicts", "*"}
+	case policy == policyMerge:
+		return nil
+	}
+	t.Skipf("this syncd server has no --conflicts flag: policy %s cannot be set", policy)
+	return nil
 }

@@ -37,16 +37,14 @@ func TestConvergence(t *testing.T) {
 		}
 	}
 	syncdBinary(t) // once, before the subtests run in parallel
-	t.Cleanup(func() {
-		if binDir != "" {
-			os.RemoveAll(binDir)
-		}
-	})
+	t.Parallel()   // beside TestMerge: its runs fill the slots these leave
 	configs := []config{
-		{name: "bbolt-lww"},
-		{name: "bbolt-reject", reject: true},
-		{name: "postgres-lww", postgres: true},
-		{name: "postgres-reject", postgres: true, reject: true},
+		{name: "bbolt-lww", policy: policyLWW},
+		{name: "bbolt-reject", policy: policyReject},
+		{name: "bbolt-merge", policy: policyMerge},
+		{name: "postgres-lww", postgres: true, policy: policyLWW},
+		{name: "postgres-reject", postgres: true, policy: policyReject},
+		{name: "postgres-merge", postgres: true, policy: policyMerge},
 	}
 	for _, cfg := range configs {
 		t.Run(cfg.name, func(t *testing.T) {
@@ -123,11 +121,11 @@ func checkConvergence(t *testing.T, cfg config, p params, seed uint64) {
 	s := r.st
 	t.Logf("convergence %s seed=%d: devices=%d replicas=%d writes=%d (refused locally %d: %s) batches=%d ordered=%d intents=%d "+
 		"daemon-kills=%d server-kills=%d server-restarts=%d server-starts(sweeps)=%d offline-periods=%d tombstones-seen=%d swept=%d "+
-		"mid-run resolves=%d discards=%d; final resolves=%d discards=%d rounds=%d; intents done=%d failed-visible=%d held=%d purged-by-checker=%d purged-with-event=%d "+
+		"mid-run resolves=%d discards=%d; final resolves=%d discards=%d rounds=%d (resolved by %s; paths refused %d); intents done=%d failed-visible=%d held=%d purged-by-checker=%d purged-with-event=%d "+
 		"lost=%d unverified=%d; differences=%d; drive %s, quiet %s + %s, total %s",
 		cfg.name, seed, p.devices, len(r.c.replicas), s.writes, s.refused, s.refusedSummary(), s.batches, s.orderedBatches, len(r.intents),
 		s.daemonKills, s.serverKills, s.serverStops, s.serverStarts, s.offline, len(r.tombstones), swept,
-		s.midResolves, s.midDiscards, s.finalResolves, s.finalDiscards, s.resolveRound,
+		s.midResolves, s.midDiscards, s.finalResolves, s.finalDiscards, s.resolveRound, countSummary(s.resolvedHow), s.pathsRefused,
 		ir.done, ir.failedVisible, ir.held, ir.purgedByChecker, ir.purgedWithEvent, len(ir.violations), len(ir.unverified), len(diffs),
 		driven.Round(time.Millisecond), quiet1.Round(time.Millisecond), quiet2.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	for _, d := range diffs {

@@ -9,7 +9,11 @@
 // intent that could not be applied is visible as a conflict or a failed
 // operation.
 //
-// The package holds only the test (convergence_test.go and its helpers);
-// it owns no code the daemon or the server uses. docs/convergence.md
-// says what it checks, how to run it and what it found.
+// TestConvergence runs that for each storage and conflict policy (lww,
+// reject, merge); TestMerge (merge_test.go) plays field-level merge
+// scenarios whose outcome is known exactly, with the same processes.
+//
+// The package holds only the tests and their helpers; it owns no code
+// the daemon or the server uses. docs/convergence.md says what they
+// check, how to run them and what they found.
 package convergence

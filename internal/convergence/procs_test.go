@@ -26,6 +26,15 @@ var (
 	binErr  error
 )
 
+// TestMain removes the binary built for the tests after the last one.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 func syncdBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
@@ -96,8 +105,9 @@ func (w *lineTap) Write(p []byte) (int, error) {
 
 // startProc starts bin with args, logging to logPath, and waits until a
 // stdout line starts with each of wantPrefixes; it returns the rest of
-// each such line, in order.
-func startProc(t *testing.T, logPath string, args []string, wantPrefixes ...string) (*proc, []string) {
+// each such line, in order. The process is killed when owner ends (t,
+// or the test that owns the cluster when t is one of its subtests).
+func startProc(t, owner *testing.T, logPath string, args []string, wantPrefixes ...string) (*proc, []string) {
 	t.Helper()
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -116,7 +126,7 @@ func startProc(t *testing.T, logPath string, args []string, wantPrefixes ...stri
 		p.cmd.Wait()
 		close(p.exited)
 	}()
-	t.Cleanup(func() { p.kill() })
+	owner.Cleanup(func() { p.kill() })
 	got := make([]string, len(wantPrefixes))
 	deadline := time.After(30 * time.Second)
 	for i := 0; i < len(wantPrefixes); {

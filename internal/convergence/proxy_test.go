@@ -1,7 +1,6 @@
 package convergence
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -10,9 +9,13 @@ import (
 // cutProxy is a TCP proxy on loopback between one daemon and its server
 // replica. Cut closes every connection through it and refuses new ones
 // (accepted, then closed at once: the daemon sees a reset or EOF, as on
-// a dropped network); Restore lets connections through again. The
-// upstream address can change (a restarted server replica listens on a
-// new port) while the daemon keeps the proxy's.
+// a dropped network); Restore lets connections through again. Hold
+// stops the bytes of one direction or both without closing anything (a
+// stalled network: a request sent is not lost, it waits, and so does an
+// answer), so a test can choose which of a daemon's requests and
+// answers get through first. The upstream address can change (a
+// restarted server replica listens on a new port) while the daemon keeps
+// the proxy's.
 type cutProxy struct {
 	ln net.Listener
 
@@ -22,6 +25,10 @@ type cutProxy struct {
 	conns    map[net.Conn]struct{}
 	closed   bool
 	wg       sync.WaitGroup
+	// holdUp and holdDown are open while their direction (daemon to
+	// server, server to daemon) is held; closed, and nil, when released.
+	holdUp, holdDown chan struct{}
+	heldDown         int // bytes from the server that waited for a hold
 }
 
 func newCutProxy(t *testing.T, upstream string) *cutProxy {
@@ -79,12 +86,69 @@ func (p *cutProxy) pipe(c net.Conn, upstream string) {
 	p.mu.Unlock()
 	defer p.forget(u)
 	done := make(chan struct{}, 2)
-	go func() { io.Copy(u, c); done <- struct{}{} }()
-	go func() { io.Copy(c, u); done <- struct{}{} }()
+	go func() { p.copy(u, c, true); done <- struct{}{} }()
+	go func() { p.copy(c, u, false); done <- struct{}{} }()
 	<-done
 	c.Close()
 	u.Close()
 	<-done
+}
+
+// copy copies src to dst until either fails, each chunk waiting while
+// its direction is held.
+func (p *cutProxy) copy(dst, src net.Conn, up bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			hold := p.holdDown
+			if up {
+				hold = p.holdUp
+			} else if hold != nil {
+				p.heldDown += n
+			}
+			p.mu.Unlock()
+			if hold != nil {
+				<-hold
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// setHold holds (true) or releases (false) each direction: up, the
+// daemon's requests; down, the server's answers.
+func (p *cutProxy) setHold(up, down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if down && p.holdDown == nil {
+		p.heldDown = 0
+	}
+	set := func(ch *chan struct{}, hold bool) {
+		switch {
+		case hold && *ch == nil:
+			*ch = make(chan struct{})
+		case !hold && *ch != nil:
+			close(*ch)
+			*ch = nil
+		}
+	}
+	set(&p.holdUp, up)
+	set(&p.holdDown, down)
+}
+
+// heldDownBytes is how many bytes from the server have waited for the
+// current hold of the down direction.
+func (p *cutProxy) heldDownBytes() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.heldDown
 }
 
 func (p *cutProxy) forget(c net.Conn) {
@@ -117,6 +181,7 @@ func (p *cutProxy) setUpstream(addr string) {
 }
 
 func (p *cutProxy) close() {
+	p.setHold(false, false)
 	p.mu.Lock()
 	p.closed = true
 	p.ln.Close()

@@ -24,9 +24,16 @@ const idsPerType = 12
 // config is one server setup and conflict policy.
 type config struct {
 	name     string
-	postgres bool // two replicas on one PostgreSQL database; else one on bbolt
-	reject   bool // --reject-conflicts '*'; else last-writer-wins
+	postgres bool   // two replicas on one PostgreSQL database; else one on bbolt
+	policy   string // the servers' conflict policy for every type: lww, reject or merge
 }
+
+// The conflict policies of `syncd server --conflicts` (remote.Policy).
+const (
+	policyLWW    = "lww"
+	policyReject = "reject"
+	policyMerge  = "merge"
+)
 
 // params sizes a run.
 type params struct {
@@ -59,6 +66,11 @@ type stats struct {
 	midResolves, midDiscards                   int
 	finalResolves, finalDiscards, resolveRound int
 	tombstonesSeen, tombstonesSwept            int
+	resolvedHow                                map[string]int // resolves by kind: take, paths, data
+	// pathsRefused counts resolves by paths that the daemon refused
+	// although the entity read conflict.paths (a delete's conflict: the
+	// read shows the fields, resolve takes only a whole side).
+	pathsRefused int
 }
 
 // run is one seeded run of one config.
@@ -105,6 +117,7 @@ func newRun(t *testing.T, cfg config, p params, seed uint64) *run {
 	r := &run{t: t, cfg: cfg, p: p, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		byChecker: map[string]bool{}, tombstones: map[string]bool{}, plan: map[int][]action{}}
 	r.st.refusedCodes = map[string]int{}
+	r.st.resolvedHow = map[string]int{}
 	account := fmt.Sprintf("cv-%s-%d-%08x", cfg.name, seed, rand.Uint32()) // fresh per run: the PostgreSQL database is shared
 	r.c = newCluster(t, cfg, p.devices, account)
 	r.makePlan()
@@ -292,8 +305,76 @@ func (r *run) deviceError(d *device, what string, err error) {
 	r.t.Errorf("%s: %s: %v", d.name, what, err)
 }
 
+// data is a create's data.
 func (r *run) data(d *device, step, val int) map[string]any {
+	if r.cfg.policy == policyMerge {
+		return mergeData(d, step, val)
+	}
 	return map[string]any{"dev": d.name, "step": step, "v": val}
+}
+
+// patch is an update's RFC 7396 merge patch; extra says whether it may
+// also add or remove the member "extra".
+func (r *run) patch(d *device, step, val int, extra bool) map[string]any {
+	if r.cfg.policy == policyMerge {
+		p := mergeData(d, step, val)
+		if extra && (val/35)%4 == 1 {
+			p["extra"] = nil
+		}
+		return p
+	}
+	p := r.data(d, step, val)
+	if extra && val%3 == 0 {
+		p["extra"] = val
+	} else if extra && val%3 == 1 {
+		p["extra"] = nil
+	}
+	return p
+}
+
+// mergeFields are the fields the merge setups write, two of them in a
+// nested object: two devices' concurrent edits are often of other
+// fields (both apply) and sometimes of the same one (a conflict on that
+// field, or none when both set the same value).
+var mergeFields = [][]string{{"title"}, {"done"}, {"n"}, {"address", "city"}, {"address", "zip"}}
+
+// mergeValue is what a write sets field f of mergeFields to: the title
+// and the address name the write, so that two writes of them never
+// agree; done is a boolean, which two devices often set alike.
+func mergeValue(f int, d *device, step, val int) any {
+	switch f {
+	case 1:
+		return val%2 == 0
+	case 2:
+		return val
+	}
+	return fmt.Sprintf("%s.%d", d.name, step)
+}
+
+// mergeData is one or two of mergeFields chosen by val, and sometimes
+// the member "extra": a create's data, or an update's merge patch.
+func mergeData(d *device, step, val int) map[string]any {
+	m := map[string]any{}
+	set := func(f int) {
+		path, at := mergeFields[f], m
+		for _, k := range path[:len(path)-1] {
+			next, ok := at[k].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				at[k] = next
+			}
+			at = next
+		}
+		at[path[len(path)-1]] = mergeValue(f, d, step, val)
+	}
+	set(val % len(mergeFields))
+	if f := (val / 5) % 7; f < len(mergeFields) {
+		set(f)
+	}
+	if (val/35)%4 == 0 {
+		m["extra"] = val
+	}
+	return m
 }
 
 // single is one create, update or delete.
@@ -307,13 +388,7 @@ func (r *run) single(d *device, step int, typ, id string, exists bool, upd float
 		body = jsonBody(map[string]any{"id": id, "data": r.data(d, step, val)})
 	case upd < 0.7:
 		method, path, what = "PATCH", "/v1/entities/"+typ+"/"+id, "update"
-		patch := r.data(d, step, val)
-		if val%3 == 0 {
-			patch["extra"] = val
-		} else if val%3 == 1 {
-			patch["extra"] = nil
-		}
-		body = jsonBody(map[string]any{"data": patch})
+		body = jsonBody(map[string]any{"data": r.patch(d, step, val, true)})
 	default:
 		method, path, what = "DELETE", "/v1/entities/"+typ+"/"+id, "delete"
 	}
@@ -357,7 +432,7 @@ func (r *run) batch(d *device, step, n int, ordered bool) {
 			w["op"], w["data"] = "create", r.data(d, step, val)
 			local[k] = true
 		case u < 0.7:
-			w["op"], w["data"] = "update", r.data(d, step, val)
+			w["op"], w["data"] = "update", r.patch(d, step, val, false)
 		default:
 			w["op"] = "delete"
 			local[k] = false
@@ -453,7 +528,7 @@ func (r *run) midResolve(d *device, take string, pick int) {
 	if len(failed) == 0 {
 		return
 	}
-	resolved, discarded := r.settle(d, failed[pick%len(failed)], take)
+	resolved, discarded := r.settle(d, failed[pick%len(failed)], take, pick>>8)
 	r.st.midResolves += resolved
 	r.st.midDiscards += discarded
 }
@@ -465,7 +540,7 @@ var conflictCodes = []string{"version_conflict", "deleted_on_server"}
 // settle resolves the entity of a failed operation (take) if it is in
 // conflict, else discards the operation. The operations of the entity
 // that were unfinished are recorded as the checker's own purges.
-func (r *run) settle(d *device, op map[string]any, take string) (resolved, discarded int) {
+func (r *run) settle(d *device, op map[string]any, take string, pick int) (resolved, discarded int) {
 	typ, id, opID := str(op, "entityType"), str(op, "entityId"), str(op, "id")
 	for _, state := range []string{"pending", "permanent_failed"} {
 		ops, err := listOps(d, state)
@@ -481,18 +556,18 @@ func (r *run) settle(d *device, op map[string]any, take string) (resolved, disca
 	}
 	_, ent, _ := d.call("GET", "/v1/entities/"+typ+"/"+id, "")
 	if str(ent, "syncState") == "conflict" || slices.Contains(conflictCodes, str(op, "lastErrorCode")) {
-		code, m, err := d.call("POST", "/v1/entities/"+typ+"/"+id+"/resolve", jsonBody(map[string]string{"take": take}))
+		body, how := r.resolution(ent, take, pick)
+		code, m, err := d.call("POST", "/v1/entities/"+typ+"/"+id+"/resolve", body)
 		if err != nil {
 			r.deviceError(d, "resolve", err)
 			return
 		}
 		if code == 200 {
-			if oid := str(m, "operationId"); oid != "" {
-				r.intents = append(r.intents, intent{dev: d.idx, opID: oid, what: "resolve take " + take + " " + typ + "/" + id})
-			}
+			r.noteResolve(d, how, typ, id, m)
 			return 1, 0
 		}
-		r.t.Logf("%s: resolve %s/%s (op %s, %s): %d %s; discarding the operation instead", d.name, typ, id, opID, str(op, "lastErrorCode"), code, errCode(m))
+		r.notePathsRefused(how, code)
+		r.t.Logf("%s: resolve %s/%s %s (op %s, %s; deleted locally %v): %d %s; discarding the operation instead", d.name, typ, id, how, opID, str(op, "lastErrorCode"), ent["deleted"] == true, code, errText(m))
 		if os.Getenv("SYNCD_CONVERGENCE_DEBUG") != "" {
 			_, now, _ := d.call("GET", "/v1/entities/"+typ+"/"+id, "")
 			_, o, _ := d.call("GET", "/v1/operations/"+opID, "")
@@ -505,10 +580,65 @@ func (r *run) settle(d *device, op map[string]any, take string) (resolved, disca
 		return
 	}
 	if code != 200 {
-		r.t.Logf("%s: discard %s: %d %s", d.name, opID, code, errCode(m))
+		r.t.Logf("%s: discard %s: %d %s", d.name, opID, code, errText(m))
 		return
 	}
 	return 0, 1
+}
+
+// resolution is the body of a resolve of the entity ent (as GET shows
+// it) and what it does, for the log: take server or local; under the
+// merge policy, pick also chooses a side per field in conflict
+// ({"paths": ...}) when the server named the fields, or the app's own
+// merged data ({"data": ...}: the server's record, or the local data
+// when the server holds none, marked "merged").
+func (r *run) resolution(ent map[string]any, take string, pick int) (body, how string) {
+	if r.cfg.policy != policyMerge || pick%3 == 0 {
+		return jsonBody(map[string]string{"take": take}), "take " + take
+	}
+	if pick%3 == 1 {
+		conflict, _ := ent["conflict"].(map[string]any)
+		paths, _ := conflict["paths"].([]any)
+		if len(paths) > 0 {
+			sides := map[string]string{}
+			for i, p := range paths {
+				sides[str(p.(map[string]any), "path")] = []string{"local", "server"}[(pick>>(2+i%16))&1]
+			}
+			return jsonBody(map[string]any{"paths": sides}), "paths " + jsonBody(sides)
+		}
+	}
+	srv, _ := ent["server"].(map[string]any)
+	data, _ := srv["data"].(map[string]any)
+	if data == nil {
+		data, _ = ent["data"].(map[string]any)
+	}
+	if data == nil {
+		return jsonBody(map[string]string{"take": take}), "take " + take
+	}
+	merged := map[string]any{"merged": pick}
+	for k, v := range data {
+		if k != "merged" {
+			merged[k] = v
+		}
+	}
+	return jsonBody(map[string]any{"data": merged}), "data"
+}
+
+// notePathsRefused counts a resolve by paths answered 400.
+func (r *run) notePathsRefused(how string, code int) {
+	if strings.HasPrefix(how, "paths ") && code == 400 {
+		r.st.pathsRefused++
+	}
+}
+
+// noteResolve records the operation a resolve answered, if any, as an
+// intent.
+func (r *run) noteResolve(d *device, how, typ, id string, answer map[string]any) {
+	kind, _, _ := strings.Cut(how, " ")
+	r.st.resolvedHow[kind]++
+	if oid := str(answer, "operationId"); oid != "" {
+		r.intents = append(r.intents, intent{dev: d.idx, opID: oid, what: "resolve " + how + " " + typ + "/" + id})
+	}
 }
 
 // restoreAll brings every process and link back.
@@ -527,9 +657,12 @@ func (r *run) restoreAll() {
 	}
 }
 
-func (s stats) refusedSummary() string {
+func (s stats) refusedSummary() string { return countSummary(s.refusedCodes) }
+
+// countSummary is counts as "key×n, ...", sorted.
+func countSummary(counts map[string]int) string {
 	var parts []string
-	for k, v := range s.refusedCodes {
+	for k, v := range counts {
 		parts = append(parts, fmt.Sprintf("%s×%d", k, v))
 	}
 	slices.Sort(parts)

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"encoding/json"
 	"slices"
 
@@ -93,7 +94,9 @@ func (tx *txw) takeServerData(e *Entity, server json.RawMessage) (bool, []string
 // when e is in conflict with a live record of the server that the server
 // named the conflicting fields of.
 func (e *Entity) conflictView() *Conflict {
-	if e.SyncState != SyncConflict || e.Server == nil || e.Server.Deleted || e.Server.Data == nil || len(e.Server.Paths) == 0 {
+	if e.SyncState != SyncConflict || e.Server == nil || e.Server.Deleted || e.Server.Data == nil || len(e.Server.Paths) == 0 || e.Deleted {
+		// A delete's conflict is of the whole record: the paths the
+		// server named are what others changed, not a choice per field.
 		return nil
 	}
 	c := &Conflict{Paths: make([]ConflictPath, 0, len(e.Server.Paths))}
@@ -109,4 +112,39 @@ func (e *Entity) conflictView() *Conflict {
 		c.Paths = append(c.Paths, cp)
 	}
 	return c
+}
+
+// keepConflictFields carries the fields in conflict over to next, a newer
+// version of the server's record than e.Server that the pull brought
+// while e is in conflict field by field: the fields stay in conflict,
+// with the same base, and the newer version's changes to other fields
+// this device changed join them. Without it, any edit of another field
+// by anyone took the choice per field away.
+func (tx *txw) keepConflictFields(e *Entity, next *ServerState) error {
+	old := e.Server
+	if e.SyncState != SyncConflict || old == nil || len(old.Paths) == 0 || old.Deleted || old.Data == nil ||
+		next.Deleted || next.Data == nil || next.Paths != nil || cmp.Or(old.ID, e.ServerID) != cmp.Or(next.ID, e.ServerID) {
+		return nil
+	}
+	paths := slices.Clone(old.Paths)
+	if changed, err := fieldmerge.Diff(old.Data, next.Data); err == nil && len(changed) > 0 {
+		pending, known, err := tx.pendingPaths(e)
+		if err != nil {
+			return err
+		}
+		for _, p := range pending {
+			if !known || slices.Contains(paths, p) {
+				continue
+			}
+			for _, c := range changed {
+				if fieldmerge.Overlaps(p, c) {
+					paths = append(paths, p)
+					break
+				}
+			}
+		}
+	}
+	slices.Sort(paths)
+	next.Paths, next.Base = paths, old.Base
+	return nil
 }

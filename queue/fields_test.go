@@ -336,3 +336,47 @@ func TestUpdatePathsWithinLimits(t *testing.T) {
 		t.Fatalf("a 1,100-byte path: %q, want none (the whole data)", r.Operation.Paths)
 	}
 }
+
+// TestConflictFieldsOutliveANewerVersion: a pull that brings a newer
+// version of the record during a conflict field by field keeps the
+// fields (and the base); a field of this device's change that the newer
+// version changed too joins them.
+func TestConflictFieldsOutliveANewerVersion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := fieldConflict(t) // /title in conflict; this device changed /title and /tag
+	applyPage(t, s, "", "c1", true, change("n", 4, `{"title":"theirs","done":true,"tag":"t","n":5}`))
+	e, _ := entity(t, s, "n")
+	if e.SyncState != SyncConflict || e.Conflict == nil || len(e.Conflict.Paths) != 1 || e.Conflict.Paths[0].Path != "/title" ||
+		string(e.Conflict.Paths[0].Base) != `"a"` || e.Server.Version != 4 || string(e.Data) != `{"done":true,"n":5,"tag":"mytag","title":"mine"}` {
+		t.Fatalf("after a newer version of another field: %s %+v %+v", e.Data, e.Conflict, e.Server)
+	}
+	applyPage(t, s, "c1", "c2", true, change("n", 5, `{"title":"theirs","done":true,"tag":"other","n":5}`))
+	if e, _ = entity(t, s, "n"); e.Conflict == nil || len(e.Conflict.Paths) != 2 || e.Conflict.Paths[0].Path != "/tag" {
+		t.Fatalf("after a newer version of this device's other field: %+v", e.Conflict)
+	}
+	e, _, err := s.ResolveWith(ctx, "acct", "note", "n", Resolution{Paths: map[string]string{"/title": "local", "/tag": "server"}}, "")
+	if err != nil || string(e.Data) != `{"done":true,"n":5,"tag":"other","title":"mine"}` || e.ServerVersion != 5 {
+		t.Fatalf("resolve: %s %+v %v", e.Data, e, err)
+	}
+}
+
+// TestDeleteConflictIsWholeRecord: a refused delete's conflict shows no
+// fields to choose from: it is of the whole record.
+func TestDeleteConflictIsWholeRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, Config{})
+	create(t, s, "n", `{"title":"t0"}`)
+	sendAndComplete(t, s, "srv-n", 1)
+	mustApply(t, s, Write{Op: OpDelete, EntityID: "n"})
+	op, _ := s.Claim(ctx, "acct", "w", time.Minute)
+	srv := ServerState{ID: "srv-n", Version: 2, Data: json.RawMessage(`{"title":"B"}`), Paths: []string{"/title"}, Base: json.RawMessage(`{"title":"t0"}`)}
+	if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "changed", srv); err != nil {
+		t.Fatal(err)
+	}
+	l, _, err := s.ListEntities("acct", "note", ListOptions{SyncState: SyncConflict})
+	if err != nil || len(l) != 1 || l[0].Conflict != nil || !l[0].Deleted {
+		t.Fatalf("a delete's conflict: %+v %v", l, err)
+	}
+}

@@ -341,6 +341,9 @@ func (tx *txw) applyChange(account string, c *Change, fullPass, force bool, res 
 		if e.ServerID == "" {
 			e.ServerID = c.ServerID
 		}
+		if err := tx.keepConflictFields(e, &srv); err != nil {
+			return err
+		}
 		e.setServer(srv)
 		res.Kept++
 		// The server's other fields show at once: the entity's data is

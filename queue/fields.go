@@ -121,12 +121,23 @@ func (e *Entity) conflictView() *Conflict {
 // this device changed join them. Without it, any edit of another field
 // by anyone took the choice per field away.
 func (tx *txw) keepConflictFields(e *Entity, next *ServerState) error {
-	old := e.Server
-	if e.SyncState != SyncConflict || old == nil || len(old.Paths) == 0 || old.Deleted || old.Data == nil ||
-		next.Deleted || next.Data == nil || next.Paths != nil || cmp.Or(old.ID, e.ServerID) != cmp.Or(next.ID, e.ServerID) {
+	if e.SyncState != SyncConflict {
+		return nil
+	}
+	return tx.carryConflictFields(e, e.Server, next)
+}
+
+// carryConflictFields gives next, a version of the server's record at
+// least as new as old, old's fields in conflict and base, and the
+// fields of e's pending changes that next changed since old. Nothing
+// when old names no fields, or either is a deletion or another record.
+func (tx *txw) carryConflictFields(e *Entity, old, next *ServerState) error {
+	if old == nil || len(old.Paths) == 0 || old.Deleted || old.Data == nil ||
+		next.Deleted || next.Data == nil || cmp.Or(old.ID, e.ServerID) != cmp.Or(next.ID, e.ServerID) {
 		return nil
 	}
 	paths := slices.Clone(old.Paths)
+	paths = append(paths, next.Paths...)
 	if changed, err := fieldmerge.Diff(old.Data, next.Data); err == nil && len(changed) > 0 {
 		pending, known, err := tx.pendingPaths(e)
 		if err != nil {
@@ -145,6 +156,9 @@ func (tx *txw) keepConflictFields(e *Entity, next *ServerState) error {
 		}
 	}
 	slices.Sort(paths)
-	next.Paths, next.Base = paths, old.Base
+	next.Paths = slices.Compact(paths)
+	if next.Base == nil {
+		next.Base = old.Base
+	}
 	return nil
 }

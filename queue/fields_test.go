@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/syncd/syncd/idempotency/fieldmerge"
 )
 
 // fieldsSetup makes note n synced at server version 1 with data, then
@@ -378,5 +380,72 @@ func TestDeleteConflictIsWholeRecord(t *testing.T) {
 	l, _, err := s.ListEntities("acct", "note", ListOptions{SyncState: SyncConflict})
 	if err != nil || len(l) != 1 || l[0].Conflict != nil || !l[0].Deleted {
 		t.Fatalf("a delete's conflict: %+v %v", l, err)
+	}
+}
+
+// TestRefusalAfterThePullMovedOnKeepsItsFields: the pull kept a newer
+// version before the refusal (of an older one) is recorded: the conflict
+// is still field by field.
+func TestRefusalAfterThePullMovedOnKeepsItsFields(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := fieldsSetup(t, `{"a":"0","b":"0"}`, `{"a":"B1"}`)
+	op, _ := s.Claim(ctx, "acct", "w", time.Minute)
+	applyPage(t, s, "", "c1", true, change("n", 3, `{"a":"A1","b":"A2"}`))
+	srv := ServerState{ID: "srv-n", Version: 2, Data: json.RawMessage(`{"a":"A1","b":"0"}`), Paths: []string{"/a"}, Base: json.RawMessage(`{"a":"0","b":"0"}`)}
+	if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "a", srv); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := entity(t, s, "n")
+	if e.Conflict == nil || len(e.Conflict.Paths) != 1 || e.Server.Version != 3 || string(e.Conflict.Paths[0].Server) != `"A1"` {
+		t.Fatalf("conflict: %+v (server %+v)", e.Conflict, e.Server)
+	}
+}
+
+// TestMergedAnswerBeforeAWholeUpdateKeepsItsBase: a merging server's
+// answer brings another device's field while an update of the whole data
+// waits behind: that update was made without it, so the entity's version
+// stays (the answer is kept beside), and the update goes on the version
+// it was made on instead of overwriting the field.
+func TestMergedAnswerBeforeAWholeUpdateKeepsItsBase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := fieldsSetup(t, `{"a":1}`, `{"b":2}`)
+	first, _ := s.Claim(ctx, "acct", "w", time.Minute)
+	many := map[string]int{}
+	for i := range fieldmerge.MaxPaths + 1 {
+		many[fmt.Sprintf("f%d", i)] = i
+	}
+	patch, _ := json.Marshal(many)
+	if r := mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: patch}); r.Operation.Paths != nil {
+		t.Fatalf("1,001 top-level fields: %d paths, want the whole data", len(r.Operation.Paths))
+	}
+	if _, err := s.Complete(ctx, first.ID, "w", Completion{ServerID: "srv-n", ServerVersion: 3, Data: json.RawMessage(`{"a":2,"b":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := entity(t, s, "n")
+	if e.ServerVersion != 1 || e.Server == nil || e.Server.Version != 3 {
+		t.Fatalf("after the merged answer: version %d, server %+v", e.ServerVersion, e.Server)
+	}
+}
+
+// TestRenewedUpdateNamesWhatItCarries: an edit that resolves a conflict
+// sends the refused update again with the current data: it names the
+// edit's fields too, a field it named under one now a scalar as that
+// scalar, and carries the updates queued between.
+func TestRenewedUpdateNamesWhatItCarries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := fieldsSetup(t, `{"o":{"x":"0"},"t":"0"}`, `{"o":{"x":"B1"}}`)
+	op, _ := s.Claim(ctx, "acct", "w", time.Minute)
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"t":"B2"}`)})
+	srv := ServerState{ID: "srv-n", Version: 2, Data: json.RawMessage(`{"o":{"x":"A1"},"t":"0"}`), Paths: []string{"/o/x"}, Base: json.RawMessage(`{"o":{"x":"0"},"t":"0"}`)}
+	if err := s.Conflict(ctx, op.ID, "w", CodeVersionConflict, "x", srv); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, s, Write{Op: OpUpdate, EntityID: "n", Data: json.RawMessage(`{"o":"S"}`)})
+	head, err := s.Claim(ctx, "acct", "w", time.Minute)
+	if err != nil || head.ID != op.ID || !slices.Equal(head.Paths, []string{"/o", "/t"}) || string(head.Payload) != `{"o":"S","t":"B2"}` {
+		t.Fatalf("the renewed head: %+v (payload %s) %v", head, head.Payload, err)
 	}
 }

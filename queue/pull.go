@@ -543,11 +543,14 @@ func (s *Store) Conflict(ctx context.Context, id, owner, code, message string, s
 		// and a pull may land between the server's answer and this.
 		if e.newer(srv) {
 			e.setServer(srv)
-		} else if e.Server != nil && srv.Paths != nil && e.Server.Version == srv.Version &&
-			cmp.Or(e.Server.ID, e.ServerID) == cmp.Or(srv.ID, e.ServerID) && !e.Server.Deleted {
-			// The pull brought this very record first: the refusal adds
-			// which fields are in conflict, and the base.
-			e.Server.Paths, e.Server.Base = srv.Paths, srv.Base
+		} else if e.Server != nil && len(srv.Paths) > 0 && e.Server.Version >= srv.Version {
+			// The pull brought this record, or a newer version of it,
+			// first: the refusal adds which fields are in conflict, and
+			// the base (and the newer version's changes to this
+			// device's other fields join them).
+			if err := tx.carryConflictFields(e, &srv, e.Server); err != nil {
+				return err
+			}
 		}
 		return tx.reconcile(e, true)
 	})
@@ -817,13 +820,15 @@ func (tx *txw) resolved(e *Entity, r Resolution, data json.RawMessage) (json.Raw
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: no side given for %s", ErrInvalidWrite, fieldmerge.Quote(missing))
 	}
-	paths, known, err := tx.pendingPaths(e)
+	paths, err := tx.ownFields(e, nil)
 	if err != nil {
 		return nil, err
 	}
-	if !known {
-		paths, err = fieldmerge.Diff(srv.Data, e.Data) // the local data is all this device's
-		if err != nil {
+	if paths == nil {
+		// Neither the queued changes' fields nor the base are known:
+		// every field where the local data differs counts as this
+		// device's.
+		if paths, err = fieldmerge.Diff(srv.Data, e.Data); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidWrite, err)
 		}
 	}

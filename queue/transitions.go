@@ -3,6 +3,7 @@ package queue
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/syncd/syncd/idempotency/fieldmerge"
 )
 
 // The outcomes a worker records for an operation it claimed, and the user
@@ -172,6 +174,26 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 			e.Server.ID = ""
 		}
 	}
+	// A merging server's answer may hold other devices' fields (data
+	// other than the op's payload). An update of the whole data queued
+	// behind was made without them: based on this version, it would
+	// overwrite them. So the version stays, the answer is kept beside
+	// the entity, and that update goes on the version it was made on
+	// (a merging server refuses it whole if another device wrote since).
+	var answer json.RawMessage
+	foreign := false
+	if op.Type != OpDelete && !c.OtherData && c.Data != nil && c.ServerVersion > 0 {
+		if data, err := canonicalJSON(c.Data); err == nil {
+			answer = data
+			if payload, err := canonicalJSON(op.Payload); err != nil || string(payload) != string(data) {
+				_, known, err := tx.pendingPaths(e)
+				if err != nil {
+					return nil, err
+				}
+				foreign = !known
+			}
+		}
+	}
 	switch {
 	case op.Type == OpCreate && c.OtherData:
 		// Another device created the record first: its version is not
@@ -180,6 +202,11 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 		// record beside the local data.
 		if !e.Unbased {
 			e.Unbased, changed = true, true
+		}
+	case foreign && c.ServerVersion > e.ServerVersion:
+		if srv := (ServerState{ID: e.ServerID, Version: c.ServerVersion, Data: answer}); e.newer(srv) {
+			e.setServer(srv)
+			changed = true
 		}
 	case c.ServerVersion > e.ServerVersion || c.ServerVersion > 0 && e.Unbased:
 		// The version this device's own write made: the later ones of
@@ -208,22 +235,22 @@ func (tx *txw) complete(id string, c Completion) (*Operation, error) {
 		}
 	}
 	var merged []string
-	if op.Type != OpDelete && !c.OtherData && c.Data != nil && c.ServerVersion > 0 &&
-		c.ServerVersion == e.ServerVersion && !e.serverAhead() {
+	if answer != nil && c.ServerVersion == e.ServerVersion && !e.serverAhead() {
 		// The record as the server holds it after this write: a merging
 		// server's answer holds other devices' fields too. The entity
 		// takes it, its edits still queued laid over it.
-		if data, err := canonicalJSON(c.Data); err == nil {
-			if payload, err := canonicalJSON(op.Payload); err != nil || string(payload) != string(data) {
-				synced = "" // the server holds other data than this op's
-			}
-			var took bool
-			if took, merged, err = tx.takeServerData(e, data); err != nil {
-				return nil, err
-			} else if took {
-				changed = true
-			}
+		if payload, err := canonicalJSON(op.Payload); err != nil || string(payload) != string(answer) {
+			synced = "" // the server holds other data than this op's
 		}
+		took, paths, err := tx.takeServerData(e, answer)
+		if err != nil {
+			return nil, err
+		}
+		if took {
+			changed, merged = true, paths
+		}
+	} else if foreign {
+		synced = ""
 	}
 	if e.SyncedOperationID != synced {
 		e.SyncedOperationID, changed = synced, true
@@ -446,6 +473,11 @@ func (tx *txw) userRetry(op *Operation) error {
 			}
 			if err := tx.setPayload(op, e.Data); err != nil {
 				return err
+			}
+			if op.Paths != nil {
+				// Its fields, in the data it now carries: one a later
+				// write made a scalar is named as that scalar.
+				op.Paths = fitPaths(fieldmerge.Clip(op.Paths, e.Data))
 			}
 			op.PayloadVersion = e.Version
 			op.PayloadFingerprint = payloadFingerprint(op)

@@ -227,6 +227,9 @@ func (tx *txw) apply(w *Write) (Result, error) {
 		if paths, err = fieldmerge.PatchPaths(w.Data); err != nil {
 			return Result{}, fmt.Errorf("%w: %v", ErrInvalidWrite, err)
 		}
+		// A patch that makes a scalar an object changed the scalar's
+		// field ({"a":{"b":null}} over a:5 makes a {}): /a, not /a/b.
+		paths = fieldmerge.Clip(paths, e.Data)
 		if len(merged) > tx.s.cfg.MaxDataBytes {
 			return Result{}, fmt.Errorf("%w: data would be %d bytes, more than the limit of %d", ErrInvalidWrite, len(merged), tx.s.cfg.MaxDataBytes)
 		}
@@ -250,6 +253,22 @@ func (tx *txw) apply(w *Write) (Result, error) {
 	resolves := e.SyncState == SyncConflict && e.Server != nil && w.After == "" &&
 		!(w.Op == OpUpdate && head != nil && head.Type == OpDelete)
 	deletedConflict := resolves && serverDeleted
+	var mine []string // this device's fields, laid over the server's record by a resolution
+	if resolves && w.Op == OpUpdate {
+		// In a conflict field by field, the write keeps this device's
+		// fields over the server's record, not the whole local data (as
+		// take local does): other devices' fields are not overwritten.
+		if mine, err = tx.ownFields(e, paths); err != nil {
+			return Result{}, err
+		}
+		if mine != nil {
+			if merged := layPending(e.Server.Data, e, mine); merged != nil && len(merged) <= tx.s.cfg.MaxDataBytes {
+				e.Data = merged
+			} else {
+				mine = nil
+			}
+		}
+	}
 	if resolves {
 		// The app's write on an entity in conflict is its resolution: a
 		// change made on the server's current version.
@@ -350,6 +369,24 @@ func (tx *txw) apply(w *Write) (Result, error) {
 			if leaves, err := fieldmerge.LeafPaths(e.Data); err == nil {
 				head.Paths = unionPaths(leaves, fitPaths(paths))
 			}
+		} else if head.Type == OpUpdate && mine != nil && head.Paths == nil {
+			// A whole-data update refused field by field: it goes again
+			// naming this device's fields (found against the base).
+			head.Paths = fitPaths(mine)
+			if err := tx.foldInto(head); err != nil {
+				return Result{}, err
+			}
+		} else if head.Type == OpUpdate {
+			// The head goes again with the data this update makes: it
+			// names this update's fields too (a field it named may be a
+			// scalar now: "/o/x" after {"o":"S"}), which this update
+			// sends again behind it, and carries the updates queued
+			// between, which go unsent (sent after it, their older
+			// values would come back for a while).
+			head.Paths = unionPaths(head.Paths, fitPaths(paths))
+			if err := tx.foldInto(head); err != nil {
+				return Result{}, err
+			}
 		}
 		if err := tx.userRetry(head); err != nil {
 			return Result{}, err
@@ -447,6 +484,67 @@ func (tx *txw) mergeTail(op *Operation) (*Operation, error) {
 	return tail, tx.doneUnsent(tail)
 }
 
+// ownFields returns the fields this device changed of e, in conflict
+// field by field (e.Server names the fields): those its queued changes
+// name, with patch's; or, when one of them is of the whole data, the
+// fields in which its data differs from the record at the base version
+// the server answered (a three-way merge). Nil when neither is known or
+// the conflict is not field by field.
+func (tx *txw) ownFields(e *Entity, patch []string) ([]string, error) {
+	srv := e.Server
+	if srv == nil || srv.Deleted || srv.Data == nil || len(srv.Paths) == 0 || e.Deleted || e.Data == nil {
+		return nil, nil
+	}
+	pending, known, err := tx.pendingPaths(e)
+	if err != nil {
+		return nil, err
+	}
+	if known {
+		return fieldmerge.Cover(append(pending, patch...)), nil
+	}
+	if srv.Base == nil {
+		return nil, nil
+	}
+	own, err := fieldmerge.Diff(srv.Base, e.Data)
+	if err != nil {
+		return nil, nil
+	}
+	return own, nil
+}
+
+// foldInto makes the updates queued behind head, a refused update that
+// goes again with the entity's current data, done unsent and carried by
+// it (MergedInto): their values are in its data, and their fields join
+// its own. Only when each of them is an update never attempted and in no
+// ordered group; else nothing changes.
+func (tx *txw) foldInto(head *Operation) error {
+	ops, err := tx.partitionOps(head.AccountID, head.EntityType, head.EntityID)
+	if err != nil {
+		return err
+	}
+	var behind []*Operation
+	for _, o := range ops {
+		if o.Seq == head.Seq {
+			continue
+		}
+		if o.Type != OpUpdate || o.State != StatePending || o.AttemptCount != 0 || o.After != "" || tx.waitedFor(o.ID) {
+			return nil
+		}
+		behind = append(behind, o)
+	}
+	for _, o := range behind {
+		head.Paths = unionPaths(head.Paths, o.Paths)
+		if err := tx.finish(o); err != nil {
+			return err
+		}
+		o.MergedInto = head.ID
+		if err := tx.doneUnsent(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // unionPaths is the fields two changes change together: nil (the whole
 // data) if either is. A path under another of them is left out: the
 // other sets the whole of it ("/a" after "/a/b" made /a a number).
@@ -457,15 +555,20 @@ func unionPaths(a, b []string) []string {
 	return fitPaths(fieldmerge.Cover(append(slices.Clone(a), b...)))
 }
 
-// fitPaths is paths, or nil (the whole data) when they are more, or
-// longer, than a server takes (fieldmerge.Fits): such a change goes as a
-// write of the whole data, which a merging server refuses whole on an
-// old base, instead of failing for good on a 400.
+// fitPaths is paths within the limits a server takes (fieldmerge.Fit):
+// made coarser where they are not, so such a change still names what it
+// changes (a coarser field may conflict more, and overwrites nothing
+// silently). Nil (the whole data) only when no coarsening fits: more
+// than fieldmerge.MaxPaths top-level members in one change.
 func fitPaths(paths []string) []string {
-	if !fieldmerge.Fits(paths) {
+	if paths == nil {
 		return nil
 	}
-	return paths
+	out, ok := fieldmerge.Fit(paths)
+	if !ok {
+		return nil
+	}
+	return out
 }
 
 // doneUnsent records a pending operation done without sending it: its

@@ -191,6 +191,7 @@ func Merge(r Record, u Update) (Result, error) {
 		}
 		next.Paths[p] = next.Version
 	}
+	prune(&next)
 	if len(next.Paths) == 0 {
 		next.Paths = nil
 	}
@@ -201,6 +202,37 @@ func Merge(r Record, u Update) (Result, error) {
 	}
 	res.Record = next
 	return res, nil
+}
+
+// MaxPathVersions bounds the path versions a record keeps (Record.Paths).
+// Past it, the oldest are dropped and Since rises to the newest version
+// dropped: those paths count as changed at Since, which a base before it
+// conflicts on where the record holds them (more conflicts, none
+// missed). A field removed before then, which the record no longer
+// holds, is no longer remembered: a writer whose base is older sets it
+// again. Without a bound, a record whose fields come and go (500 set,
+// 500 removed, 40 times) kept 20,000 versions and each write compared
+// every changed path with all of them.
+const MaxPathVersions = 1000
+
+// prune keeps r.Paths within MaxPathVersions: the oldest go, down to
+// half of it, and Since rises to the newest version gone.
+func prune(r *Record) {
+	if len(r.Paths) <= MaxPathVersions {
+		return
+	}
+	vs := make([]int64, 0, len(r.Paths))
+	for _, v := range r.Paths {
+		vs = append(vs, v)
+	}
+	slices.Sort(vs)
+	cut := vs[len(vs)-MaxPathVersions/2-1] // the newest version dropped
+	for q, v := range r.Paths {
+		if v <= cut {
+			delete(r.Paths, q)
+		}
+	}
+	r.Since = max(r.Since, cut)
 }
 
 // Replace is the record after a write that replaces its whole data (a
@@ -254,8 +286,7 @@ func PatchPaths(patch json.RawMessage) ([]string, error) {
 	return out, nil
 }
 
-// Fits reports whether paths are within the limits ParsePaths checks: a
-// client that has more to name sends the whole data instead.
+// Fits reports whether paths are within the limits ParsePaths checks.
 func Fits(paths []string) bool {
 	if len(paths) > MaxPaths {
 		return false
@@ -266,6 +297,92 @@ func Fits(paths []string) bool {
 		}
 	}
 	return true
+}
+
+// Fit returns paths within the limits ParsePaths checks, made coarser
+// where they are not: a path over MaxPathBytes becomes its longest
+// prefix that fits, and while there are more than MaxPaths, the deepest
+// ones become their parents. A coarser path names more of the record
+// (the whole of its subtree, from the writer's data), so a merging
+// server may find more conflicts, never fewer, and nothing of another
+// writer is overwritten silently. ok is false when no coarsening fits
+// (more than MaxPaths top-level members, or one longer than MaxPathBytes).
+func Fit(paths []string) (out []string, ok bool) {
+	if Fits(paths) {
+		return paths, true
+	}
+	toks := make([][]string, 0, len(paths))
+	for _, p := range paths {
+		t, err := split(p)
+		if err != nil {
+			return nil, false
+		}
+		for len(t) > 0 && len(join(t)) > MaxPathBytes {
+			t = t[:len(t)-1]
+		}
+		if len(t) == 0 {
+			return nil, false
+		}
+		toks = append(toks, t)
+	}
+	for {
+		strs := make([]string, len(toks))
+		depth := 0
+		for i, t := range toks {
+			strs[i] = join(t)
+			depth = max(depth, len(t))
+		}
+		out = Cover(strs)
+		if len(out) <= MaxPaths {
+			return out, true
+		}
+		if depth <= 1 {
+			return nil, false
+		}
+		for i, t := range toks {
+			if len(t) == depth {
+				toks[i] = t[:depth-1]
+			}
+		}
+	}
+}
+
+// Clip returns paths with each one that leads through a value of data
+// that is not an object (a string, a number, an array, null) cut at that
+// value: "/a/b" where a is 5 names /a, the field that changed when a
+// patch made it an object. A member missing on the way cuts nothing.
+// The result is Cover'ed.
+func Clip(paths []string, data json.RawMessage) []string {
+	obj, err := decodeObject(data)
+	if err != nil {
+		return Cover(paths)
+	}
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		t, err := split(p)
+		if err != nil {
+			out = append(out, p)
+			continue
+		}
+		var v any = obj
+		n := len(t)
+		for i, k := range t[:len(t)-1] {
+			o, ok := v.(map[string]any)
+			if !ok {
+				n = i
+				break
+			}
+			if v, ok = o[k]; !ok {
+				break
+			}
+			if _, isObj := v.(map[string]any); !isObj {
+				n = i + 1
+				break
+			}
+		}
+		out = append(out, join(t[:n]))
+	}
+	return Cover(out)
 }
 
 // LeafPaths returns every leaf path of data, sorted: the paths a create

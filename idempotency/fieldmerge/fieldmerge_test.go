@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -643,5 +644,54 @@ func TestPathsThroughNonObjects(t *testing.T) {
 	}
 	if got := fieldmerge.Cover([]string{"/a/b", "/a!", "/a", "/a", "/b/c"}); !slices.Equal(got, []string{"/a", "/a!", "/b/c"}) {
 		t.Fatalf("Cover: %q", got)
+	}
+}
+
+// TestFitClipAndPrune: paths over the limits are made coarser (or not
+// at all when nothing fits); Clip names the scalar a path leads through;
+// path versions stay bounded, raising Since.
+func TestFitClipAndPrune(t *testing.T) {
+	long := "/" + strings.Repeat("x", fieldmerge.MaxPathBytes)
+	if got, ok := fieldmerge.Fit([]string{"/a" + long, "/b"}); !ok || !slices.Equal(got, []string{"/a", "/b"}) {
+		t.Errorf("a long path: %q %v", got, ok)
+	}
+	var deep []string
+	for i := range fieldmerge.MaxPaths + 1 {
+		deep = append(deep, fmt.Sprintf("/o/f%d", i))
+	}
+	if got, ok := fieldmerge.Fit(deep); !ok || !slices.Equal(got, []string{"/o"}) {
+		t.Errorf("1,001 fields under /o: %q %v", got, ok)
+	}
+	var flat []string
+	for i := range fieldmerge.MaxPaths + 1 {
+		flat = append(flat, fmt.Sprintf("/f%d", i))
+	}
+	if _, ok := fieldmerge.Fit(flat); ok {
+		t.Error("1,001 top-level fields fit")
+	}
+	if got := fieldmerge.Clip([]string{"/a/b", "/o/x/y", "/m/n"}, json.RawMessage(`{"a":5,"o":{"x":[1]}}`)); !slices.Equal(got, []string{"/a", "/m/n", "/o/x"}) {
+		t.Errorf("Clip: %q", got)
+	}
+
+	rec := fieldmerge.Record{Data: json.RawMessage(`{}`), Version: 1, Since: 1}
+	var last []string
+	for v := range 3 {
+		var paths []string
+		data := map[string]int{}
+		for i := range fieldmerge.MaxPathVersions / 2 {
+			p := fmt.Sprintf("f%d_%d", v, i)
+			paths = append(paths, "/"+p)
+			data[p] = i
+		}
+		raw, _ := json.Marshal(data)
+		// Each write sets 500 new fields and removes the last 500.
+		res, err := fieldmerge.Merge(rec, fieldmerge.Update{Base: rec.Version, Paths: append(slices.Clone(paths), last...), Data: raw})
+		if err != nil || len(res.Conflicts) > 0 {
+			t.Fatalf("write %d: %v %v", v, res.Conflicts, err)
+		}
+		rec, last = res.Record, paths
+	}
+	if len(rec.Paths) > fieldmerge.MaxPathVersions || rec.Since <= 1 {
+		t.Fatalf("%d path versions, since %d: not bounded", len(rec.Paths), rec.Since)
 	}
 }

@@ -31,22 +31,9 @@ func (c *Client) Record(ctx context.Context, token, entityType, clientID string)
 		return nil, fmt.Errorf("transport: record: %w: no entity type or id", ErrInvalidRequest)
 	}
 	target := c.baseURL + "/v1/" + url.PathEscape(entityType) + "?" + url.Values{"clientId": {clientID}}.Encode()
-	status, body, truncated, err := c.getJSON(ctx, "record", token, target, c.timeout, c.maxBody*4)
+	body, err := c.getRead(ctx, "record", token, target, c.maxBody*4, ErrNoRecordRead)
 	if err != nil {
 		return nil, err
-	}
-	code, msg := errorBody(body)
-	switch {
-	case status == http.StatusOK:
-	case status == http.StatusNotFound:
-		return nil, ErrNoRecordRead
-	case status == http.StatusUnauthorized:
-		return nil, ErrUnauthorized
-	default:
-		return nil, fmt.Errorf("transport: record: %d %s %s: %w", status, code, msg, ErrStatus)
-	}
-	if truncated {
-		return nil, fmt.Errorf("transport: record: an answer over %d bytes: %w", c.maxBody*4, ErrResponseTooLarge)
 	}
 	var ans struct {
 		Items []json.RawMessage `json:"items"`
@@ -106,23 +93,9 @@ func (c *Client) Versions(ctx context.Context, token, entityType, serverID strin
 		return nil, fmt.Errorf("transport: versions: %w: no entity type or server id", ErrInvalidRequest)
 	}
 	target := c.baseURL + "/v1/" + escapeSegment(entityType) + "/" + escapeSegment(serverID) + "/versions"
-	limit := c.maxBody * maxVersionsBody
-	status, body, truncated, err := c.getJSON(ctx, "versions", token, target, c.timeout, limit)
+	body, err := c.getRead(ctx, "versions", token, target, c.maxBody*maxVersionsBody, ErrNoVersions)
 	if err != nil {
 		return nil, err
-	}
-	code, msg := errorBody(body)
-	switch {
-	case status == http.StatusOK:
-	case status == http.StatusNotFound:
-		return nil, ErrNoVersions
-	case status == http.StatusUnauthorized:
-		return nil, ErrUnauthorized
-	default:
-		return nil, fmt.Errorf("transport: versions: %d %s %s: %w", status, code, msg, ErrStatus)
-	}
-	if truncated {
-		return nil, fmt.Errorf("transport: versions: an answer over %d bytes: %w", limit, ErrResponseTooLarge)
 	}
 	var ans struct {
 		Items []Version `json:"items"`
@@ -140,4 +113,29 @@ func (c *Client) Versions(ctx context.Context, token, entityType, serverID strin
 		}
 	}
 	return ans.Items, nil
+}
+
+// getRead GETs target, a read of records, and returns the body of its
+// 200: a 404 is notFound (the remote has no such read), a 401
+// ErrUnauthorized, a body over limit ErrResponseTooLarge, another status
+// ErrStatus.
+func (c *Client) getRead(ctx context.Context, what, token, target string, limit int64, notFound error) ([]byte, error) {
+	status, body, truncated, err := c.getJSON(ctx, what, token, target, c.timeout, limit)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case status == http.StatusOK:
+	case status == http.StatusNotFound:
+		return nil, notFound
+	case status == http.StatusUnauthorized:
+		return nil, ErrUnauthorized
+	default:
+		code, msg := errorBody(body)
+		return nil, fmt.Errorf("transport: %s: %d %s %s: %w", what, status, code, msg, ErrStatus)
+	}
+	if truncated {
+		return nil, fmt.Errorf("transport: %s: an answer over %d bytes: %w", what, limit, ErrResponseTooLarge)
+	}
+	return body, nil
 }

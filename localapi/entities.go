@@ -212,19 +212,28 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, status int, wr qu
 	writeJSON(w, status, entityAnswer{Entity: e, OperationID: res.Operation.ID})
 }
 
-// GET /v1/entities/{type}/{id} → 200 entity.
-func (s *Server) getEntity(w http.ResponseWriter, r *http.Request) {
+// entityTarget reads the {type} and {id} of a request without a body
+// or query parameters, and checks the type is one the caller may use;
+// ok is false when it answered the error.
+func (s *Server) entityTarget(w http.ResponseWriter, r *http.Request) (typ, id string, ok bool) {
 	typ, id, err := entityPath(r)
+	if err == nil {
+		_, err = query(r)
+	}
+	if err == nil {
+		err = s.lookupType(r, typ)
+	}
 	if err != nil {
 		s.fail(w, r, err)
-		return
+		return "", "", false
 	}
-	if _, err := query(r); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if err := s.lookupType(r, typ); err != nil {
-		s.fail(w, r, err)
+	return typ, id, true
+}
+
+// GET /v1/entities/{type}/{id} → 200 entity.
+func (s *Server) getEntity(w http.ResponseWriter, r *http.Request) {
+	typ, id, ok := s.entityTarget(w, r)
+	if !ok {
 		return
 	}
 	account, err := s.account()
@@ -390,17 +399,8 @@ func (s *Server) resolveEntity(w http.ResponseWriter, r *http.Request) {
 // or resolved away can be found again there. Read from the remote at
 // each call; nothing local changes.
 func (s *Server) entityVersions(w http.ResponseWriter, r *http.Request) {
-	typ, id, err := entityPath(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if _, err := query(r); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if err := s.lookupType(r, typ); err != nil {
-		s.fail(w, r, err)
+	typ, id, ok := s.entityTarget(w, r)
+	if !ok {
 		return
 	}
 	vs, err := s.d.Versions(r.Context(), typ, id)
@@ -435,24 +435,16 @@ type refreshAnswer struct {
 // fails (nothing changed), 501 refresh_unsupported when the remote has
 // no such read.
 func (s *Server) refreshEntity(w http.ResponseWriter, r *http.Request) {
-	typ, id, err := entityPath(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if _, err := query(r); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if err := s.lookupType(r, typ); err != nil {
-		s.fail(w, r, err)
+	typ, id, ok := s.entityTarget(w, r)
+	if !ok {
 		return
 	}
 	var (
 		e       queue.Entity
 		removed bool
 	)
-	err = callerOf(r).commit(func() error {
+	err := callerOf(r).commit(func() error {
+		var err error
 		e, removed, err = s.d.Refresh(r.Context(), typ, id)
 		return err
 	})

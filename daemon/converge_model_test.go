@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -800,6 +801,12 @@ func (r *cmRun) quiet(cd *cmDev, strict bool) (bool, string) {
 	if c[queue.StatePending] > 0 {
 		if free := r.freePending(cd); len(free) > 0 {
 			return false, fmt.Sprintf("%s; pending, not held: %s", why, strings.Join(free, ", "))
+		}
+		// The lists are other reads than the counts: an operation
+		// claimed between them is in neither list. The counts again
+		// tell whether anything moved meanwhile.
+		if again, err := cd.d.Status(context.Background()); err != nil || !maps.Equal(again.AccountCounts, c) {
+			return false, why + "; moving"
 		}
 	}
 	ps, err := cd.store.LoadPullState("alice")

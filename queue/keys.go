@@ -20,7 +20,7 @@ var (
 	bucketReady      = []byte("ready")      // account → bucket of nextAttemptAt+seq → empty: heads waiting to be sent
 	bucketLeases     = []byte("leases")     // account → bucket of leaseExpiresAt+seq → empty: ops being sent
 	bucketDone       = []byte("done")       // completedAt+seq → empty: done ops, for the retention sweep
-	bucketEvents     = []byte("events")     // seq → Event JSON: the durable change log
+	bucketEvents     = []byte("events")     // seq → Event row (eventcodec.go): the durable change log
 	bucketWaits      = []byte("waits")      // operation id\0seq → empty: the operation seq waits for (ordered batches)
 	bucketApps       = []byte("apps")       // app name → App JSON: the apps' grants on the local API
 )

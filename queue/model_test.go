@@ -180,6 +180,18 @@ func TestClaimMatchesModel(t *testing.T) {
 					// An update releases a declined head that is no delete.
 					if u := m.unfinished(p); len(u) > 0 && u[0].state == StatePermanentFailed && u[0].declined && u[0].typ != OpDelete {
 						u[0].state, u[0].nextAt, u[0].declined, u[0].maybe, u[0].renewed = StatePending, clock.Now(), false, false, true
+						// A renewed update carries the entity's current
+						// data: the updates queued behind it, all never
+						// sent, go done with it (foldInto).
+						fold := u[0].typ == OpUpdate
+						for _, o := range u[1:] {
+							fold = fold && o.typ == OpUpdate && o.state == StatePending && !o.claimed
+						}
+						if fold {
+							for _, o := range u[1:] {
+								o.state = StateDone
+							}
+						}
 					}
 				}
 				if typ == OpCreate {

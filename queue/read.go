@@ -2,7 +2,6 @@ package queue
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -426,8 +425,8 @@ func (s *Store) Events(since uint64, limit int) (events []Event, oldest uint64, 
 			oldest = readU64(k)
 		}
 		for k, v := c.Seek(u64(since + 1)); k != nil && (limit <= 0 || len(events) < limit); k, v = c.Next() {
-			var e Event
-			if err := json.Unmarshal(v, &e); err != nil {
+			e, err := decodeEvent(readU64(k), v)
+			if err != nil {
 				return err
 			}
 			events = append(events, e)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -702,11 +701,7 @@ func (w *txw) event(e Event) error {
 	}
 	e.Seq = seq
 	e.Time = w.now
-	v, err := json.Marshal(e)
-	if err != nil {
-		return err
-	}
-	if err := w.put(b, u64(seq), v); err != nil {
+	if err := w.put(b, u64(seq), encodeEvent(&e)); err != nil {
 		return err
 	}
 	w.events = append(w.events, e)

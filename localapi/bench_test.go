@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -14,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd/syncd/daemon"
 	"github.com/syncd/syncd/queue"
+	"github.com/syncd/syncd/remote"
+	"github.com/syncd/syncd/transport"
 )
 
 // BenchmarkDurableCreates measures durable creates per second through the
@@ -247,4 +251,125 @@ func BenchmarkImport(b *testing.B) {
 	b.ReportMetric(float64(n)/singleDur.Seconds(), "single_creates/s")
 	b.ReportMetric(float64(n)/batchDur.Seconds(), "batch_creates/s")
 	b.ReportMetric(singleDur.Seconds()/batchDur.Seconds(), "batch/single")
+}
+
+// BenchmarkOfflineWrites is one client making single durable creates
+// through the API of a daemon whose remote is unreachable (a loopback
+// port nothing listens on: every send and probe is refused) against the
+// same through a daemon whose sending is paused (the remote refused the
+// session's token: it awaits a new one), side by side in alternating
+// rounds. Both daemons run their workers, prober and puller, as `syncd
+// run` does. ratio is offline over paused (issue 28's target: at least
+// 0.95): what being offline costs an app's writes.
+func BenchmarkOfflineWrites(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	offline := startedEnv(b, dead, "alice.1")
+
+	rs, err := remote.New(remote.Config{DataDir: b.TempDir(), Tokens: map[string]string{"bob.1": "bob"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(rs.Handler())
+	b.Cleanup(func() {
+		hs.Close()
+		rs.Close()
+	})
+	paused := startedEnv(b, hs.URL, "alice.refused")
+	// The first send meets 401: sending pauses.
+	if err := postCreate(paused, paused.url+"/v1/entities/note", `{"data":{"title":"first"}}`, ""); err != nil {
+		b.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		st, err := paused.d.Status(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st.Paused {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the daemon whose token the remote refuses did not pause")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a state in a benchmark's setup
+	}
+
+	data := func(i int) string {
+		return fmt.Sprintf(`{"data":{"title":"note %d","body":"%s","done":false}}`, i, strings.Repeat("x", 64))
+	}
+	const round = 100
+	rounds := max(2, b.N/round)
+	var offDur, pausedDur time.Duration
+	i := 0
+	b.ResetTimer()
+	for range rounds {
+		for _, side := range []struct {
+			e   *env
+			dur *time.Duration
+		}{{offline, &offDur}, {paused, &pausedDur}} {
+			began := time.Now()
+			for range round {
+				i++
+				if err := postCreate(side.e, side.e.url+"/v1/entities/note", data(i), ""); err != nil {
+					b.Fatal(err)
+				}
+			}
+			*side.dur += time.Since(began)
+		}
+	}
+	b.StopTimer()
+	if st, err := offline.d.Status(context.Background()); err != nil || st.Online {
+		b.Fatalf("the daemon of the dead remote: online %v, %v", st.Online, err)
+	}
+	n := float64(rounds * round)
+	off, pau := n/offDur.Seconds(), n/pausedDur.Seconds()
+	b.ReportMetric(off, "offline_creates/s")
+	b.ReportMetric(pau, "paused_creates/s")
+	b.ReportMetric(off/pau, "ratio")
+}
+
+// startedEnv is an env (fsync on) whose daemon is started, sending to
+// baseURL, and signed in as alice with token: the daemon `syncd run`
+// runs, with default settings.
+func startedEnv(b *testing.B, baseURL, token string) *env {
+	b.Helper()
+	store, err := queue.Open(filepath.Join(b.TempDir(), "syncd.db"), queue.Config{Logger: discardLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tc, err := transport.New(transport.Config{BaseURL: baseURL})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := daemon.New(daemon.Config{Store: store, Transport: tc, Logger: discardLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := New(Config{Daemon: d, Token: testToken, Logger: discardLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	tr := &http.Transport{MaxIdleConnsPerHost: 4}
+	b.Cleanup(func() {
+		tr.CloseIdleConnections()
+		hs.Close()
+		d.Stop(context.Background())
+		tc.CloseIdleConnections()
+		if err := store.Check(); err != nil {
+			b.Errorf("queue invariants after the benchmark: %v", err)
+		}
+		store.Close()
+	})
+	if err := d.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if err := d.SetSession(context.Background(), "alice", token); err != nil {
+		b.Fatal(err)
+	}
+	return &env{t: b, store: store, d: d, srv: srv, url: hs.URL, client: &http.Client{Transport: tr}}
 }

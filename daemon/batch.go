@@ -43,6 +43,9 @@ const (
 	DefaultBatchSize  = 100
 	DefaultBatchBytes = 4 << 20
 	noBatchRecheck    = time.Hour
+	// initialBatchWindow is how many operations a claim takes before any
+	// batch was answered (batchWindow).
+	initialBatchWindow = 8
 )
 
 // BatchSender sends several operations as one request; *transport.Client
@@ -131,6 +134,9 @@ func (c *collector) fireOne(reqs []transport.Request, waiters []chan batchAnswer
 	d.inSend.Add(int64(len(reqs)))
 	outs, err := d.batcher.SendBatch(ctx, reqs)
 	d.inSend.Add(-int64(len(reqs)))
+	if err == nil {
+		d.batchAnswered(outs)
+	}
 	if err != nil {
 		if errors.Is(err, transport.ErrNoBatch) {
 			d.noBatch()
@@ -232,13 +238,58 @@ func (d *Daemon) batchFor(ctx context.Context) (batchLimits, bool) {
 	}
 	d.batchMu.Lock()
 	off := !d.batchOffUntil.IsZero() && !d.now().After(d.batchOffUntil)
-	d.batchMu.Unlock()
 	lim := batchLimits{
 		ops:     min(d.batchSize, caps.Batch.MaxOperations),
 		payload: int(min(int64(d.batchBytes), caps.Batch.MaxBytes)),
 		wire:    int(min(caps.Batch.MaxBytes, int64(maxInt))),
 	}
-	return lim, !off && lim.ops > 1
+	batch := !off && lim.ops > 1
+	lim.ops = min(lim.ops, d.windowLocked())
+	d.batchMu.Unlock()
+	return lim, batch
+}
+
+// windowLocked returns batchWindow, with d.batchMu held.
+//
+// A batch's size follows its answers, as a TCP window does: the first
+// claims take initialBatchWindow operations, each batch the remote
+// answered doubles the window (up to the limits), and each that got no
+// answer at all (a network error or a timeout of the whole request)
+// halves it, down to 2. So the first operation is done one round trip
+// after the capabilities are read, not after the server has worked
+// through the concurrency times a full batch; a long queue reaches full
+// batches after a few round trips; and a remote too slow to answer a
+// full batch within the request's timeout gets smaller ones instead of
+// the same batch resent whole.
+func (d *Daemon) windowLocked() int {
+	if d.batchWindow == 0 {
+		d.batchWindow = initialBatchWindow
+	}
+	return d.batchWindow
+}
+
+// batchAnswered adapts batchWindow to a batch's outcomes: any answer
+// from the server grows it, none shrinks it.
+func (d *Daemon) batchAnswered(outs []transport.Outcome) {
+	answered, lost := false, false
+	for _, o := range outs {
+		switch {
+		case o.Status != 0:
+			answered = true
+		case o.Code == transport.CodeNetwork || o.Code == transport.CodeTimeout:
+			lost = true
+		}
+	}
+	d.batchMu.Lock()
+	w := d.windowLocked()
+	switch {
+	case answered:
+		w = min(w*2, d.batchSize)
+	case lost:
+		w = max(w/2, 2)
+	}
+	d.batchWindow = w
+	d.batchMu.Unlock()
 }
 
 const maxInt = int(^uint(0) >> 1)

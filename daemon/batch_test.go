@@ -122,8 +122,11 @@ func TestBatchFallsBackWithoutRoute(t *testing.T) {
 			batches++
 		}
 	}
-	if batches != 1 {
-		t.Fatalf("%d batch requests, want 1 (then an hour of single requests)", batches)
+	// The workers' first claims (windows of 8: 8, 8 and 4 operations)
+	// may each send a batch before the first 404 is seen; after it, an
+	// hour of single requests.
+	if batches < 1 || batches > DefaultConcurrency {
+		t.Fatalf("%d batch requests, want 1 to %d (then an hour of single requests)", batches, DefaultConcurrency)
 	}
 }
 

@@ -324,5 +324,5 @@ func TestCapabilitiesReread(t *testing.T) {
 	round("within the hour", 2, 0) // the 404 is kept an hour
 
 	e.clock.Advance(time.Minute)
-	round("an hour later", 3, 1) // read again: advertised, one batch of 10
+	round("an hour later", 3, 2) // read again: advertised, batches of 8 and 2 (the window starts at 8)
 }

@@ -190,6 +190,7 @@ type Daemon struct {
 	batchBytes    int
 	batchMu       sync.Mutex
 	batchOffUntil time.Time // the remote had no batch route; single sends until then
+	batchWindow   int       // operations a claim takes now (batchWindow); 0 before the first batch
 
 	puller    Puller        // nil: no pull
 	reader    RecordReader  // nil: no refresh

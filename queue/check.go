@@ -128,20 +128,19 @@ func (s *Store) Check() error {
 		}); err != nil {
 			return err
 		}
-		unfinished := tx.Bucket(bucketUnfinished)
 		for seq, op := range ops {
 			open := op.State != StateDone
 			if open != inPartition[seq] {
 				bad("op %s (%s): in partition index = %v", op.ID, op.State, inPartition[seq])
 			}
-			if open != (unfinished.Get(u64(seq)) != nil) {
+			if open != isUnfinishedSeq(tx, seq) {
 				bad("op %s (%s): in unfinished index = %v", op.ID, op.State, !open)
 			}
 			if (op.State == StateDone) != (tx.Bucket(bucketDone).Get(timeSeqKey(op.CompletedAt, seq)) != nil) {
 				bad("op %s (%s): done index disagrees", op.ID, op.State)
 			}
 		}
-		if n := unfinished.Stats().KeyN; n != len(inPartition) {
+		if n := countUnfinished(tx); n != len(inPartition) {
 			bad("unfinished index has %d keys, partitions %d", n, len(inPartition))
 		}
 		if n, want := tx.Bucket(bucketDone).Stats().KeyN, counts[StateDone]; n != want {

@@ -42,7 +42,7 @@
 //	ready/<account>   nextAttemptAt|seq  heads that are pending or retry_waiting
 //	leases/<account>  leaseExpiresAt|seq operations being sent
 //	partitions        account\0type\0id\0seq  unfinished operations per partition
-//	unfinished        seq                oldest unfinished first (status age, listing by state)
+//	unfinished_set    seq/1024 → bitmap  oldest unfinished first (status age, listing by state)
 //	done              completedAt|seq    done operations, for the sweep
 //	counts            state; \0account\0state  operations per state, in all and per account
 //

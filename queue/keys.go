@@ -10,19 +10,19 @@ import (
 // big-endian, composite keys are NUL-separated (NUL is refused in every
 // name part, so a prefix is never ambiguous).
 var (
-	bucketMeta       = []byte("meta")       // "schema", "session"
-	bucketCounts     = []byte("counts")     // state → uint64 number of operations; \0account\0state, \1app\0state, \2account\0type\0state → a share (countKeys)
-	bucketEntities   = []byte("entities")   // account\0type\0id → Entity row (rowcodec.go)
-	bucketOps        = []byte("ops")        // seq → Operation row (rowcodec.go)
-	bucketOpIDs      = []byte("op_ids")     // operation id → seq
-	bucketPartitions = []byte("partitions") // account\0type\0id\0seq → empty: unfinished ops per partition, in order
-	bucketUnfinished = []byte("unfinished") // seq → empty: every unfinished op, oldest first
-	bucketReady      = []byte("ready")      // account → bucket of nextAttemptAt+seq → empty: heads waiting to be sent
-	bucketLeases     = []byte("leases")     // account → bucket of leaseExpiresAt+seq → empty: ops being sent
-	bucketDone       = []byte("done")       // completedAt+seq → empty: done ops, for the retention sweep
-	bucketEvents     = []byte("events")     // seq → Event row (eventcodec.go): the durable change log
-	bucketWaits      = []byte("waits")      // operation id\0seq → empty: the operation seq waits for (ordered batches)
-	bucketApps       = []byte("apps")       // app name → App JSON: the apps' grants on the local API
+	bucketMeta       = []byte("meta")           // "schema", "session"
+	bucketCounts     = []byte("counts")         // state → uint64 number of operations; \0account\0state, \1app\0state, \2account\0type\0state → a share (countKeys)
+	bucketEntities   = []byte("entities")       // account\0type\0id → Entity row (rowcodec.go)
+	bucketOps        = []byte("ops")            // seq → Operation row (rowcodec.go)
+	bucketOpIDs      = []byte("op_ids")         // operation id → seq
+	bucketPartitions = []byte("partitions")     // account\0type\0id\0seq → empty: unfinished ops per partition, in order
+	bucketUnfinished = []byte("unfinished_set") // seq/1024 → bitmap of the block's unfinished ops (unfinishedset.go)
+	bucketReady      = []byte("ready")          // account → bucket of nextAttemptAt+seq → empty: heads waiting to be sent
+	bucketLeases     = []byte("leases")         // account → bucket of leaseExpiresAt+seq → empty: ops being sent
+	bucketDone       = []byte("done")           // completedAt+seq → empty: done ops, for the retention sweep
+	bucketEvents     = []byte("events")         // seq → Event row (eventcodec.go): the durable change log
+	bucketWaits      = []byte("waits")          // operation id\0seq → empty: the operation seq waits for (ordered batches)
+	bucketApps       = []byte("apps")           // app name → App JSON: the apps' grants on the local API
 )
 
 var allBuckets = [][]byte{
@@ -46,8 +46,10 @@ var (
 // (rowcodec.go, payloadref.go); it reads version 2's JSON rows as they
 // are. Version 4 records the app that made an operation (Operation.App)
 // and counts operations per app and per account and entity type; Open
-// builds those counts in an older file.
-const schemaVersion = 4
+// builds those counts in an older file. Version 5 keeps the unfinished
+// index as bitmaps of 1,024 seqs (unfinishedset.go) instead of a key per
+// operation; Open converts version 4's.
+const schemaVersion = 5
 
 // accountCountKey is the key of an account's count of operations in a
 // state. It starts with NUL, so it never equals a state's own key.

@@ -232,7 +232,7 @@ func (w *txw) finish(op *Operation) error {
 	if err := w.del(w.b(bucketPartitions), partitionOpKey(op)); err != nil {
 		return err
 	}
-	if err := w.del(w.b(bucketUnfinished), u64(op.Seq)); err != nil {
+	if err := w.delUnfinished(op.Seq); err != nil {
 		return err
 	}
 	head, err := w.partitionHead(op.AccountID, op.EntityType, op.EntityID)

@@ -225,24 +225,19 @@ func (s *Store) ListOperations(opts ListOptions) (items []Operation, next string
 	}
 	items = []Operation{}
 	err = s.db.View(func(tx *bolt.Tx) error {
-		ops := tx.Bucket(bucketOps)
-		index := ops // seq → row; unfinished: seq → empty
+		rows := opRows(tx, after+1) // every row, done ones too
 		if opts.State != "" && opts.State != StateDone {
-			index = tx.Bucket(bucketUnfinished)
+			rows = unfinishedRows(tx, after+1)
 		}
-		c := index.Cursor()
 		var last uint64
 		scanned := 0
-		for k, v := c.Seek(u64(after + 1)); k != nil; k, v = c.Next() {
+		for seq, v := range rows {
 			if len(items) == limit || scanned == MaxListScan {
 				next = strconv.FormatUint(last, 10) // more rows follow
 				return nil
 			}
 			scanned++
-			if index != ops {
-				v = ops.Get(k)
-			}
-			op, err := opRow(tx, readU64(k), v)
+			op, err := opRow(tx, seq, v)
 			if err != nil {
 				return err
 			}
@@ -381,10 +376,12 @@ func oldestUnfinished(tx *bolt.Tx, account string) (time.Time, error) {
 		op, _, err := decodeOp(readU64(seq), ops.Get(seq)) // its payload is not needed
 		return op, err
 	}
-	c := tx.Bucket(bucketUnfinished).Cursor()
 	n := 0
-	for k, _ := c.First(); k != nil && n < oldestUnscanned; k, _ = c.Next() {
-		op, err := decode(k)
+	for seq := range unfinishedSeqs(tx, 0) {
+		if n == oldestUnscanned {
+			break
+		}
+		op, err := decode(u64(seq))
 		if err != nil {
 			return time.Time{}, err
 		}

@@ -257,6 +257,10 @@ func (s *Store) initBuckets(tx *bolt.Tx) (changed bool, err error) {
 		if err := buildShareCounts(tx); err != nil {
 			return true, fmt.Errorf("queue: upgrade the data file to schema %d: %w", schemaVersion, err)
 		}
+		// Schema 5 keeps the unfinished index as bitmaps.
+		if err := upgradeUnfinished(tx); err != nil {
+			return true, fmt.Errorf("queue: upgrade the data file to schema %d: %w", schemaVersion, err)
+		}
 		// Schema 3 reads schema 2's JSON rows as they are and writes each
 		// in the binary form when it next changes (rowcodec.go): nothing
 		// to rewrite. The new number keeps an older syncd, which cannot
@@ -271,9 +275,9 @@ func (s *Store) initBuckets(tx *bolt.Tx) (changed bool, err error) {
 // without an answer, so each may have.
 func markMaybeApplied(tx *bolt.Tx) error {
 	ops := tx.Bucket(bucketOps)
-	c := tx.Bucket(bucketUnfinished).Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		op, inEntity, err := decodeOp(readU64(k), ops.Get(k))
+	for seq := range unfinishedSeqsAnySchema(tx) {
+		k := u64(seq)
+		op, inEntity, err := decodeOp(seq, ops.Get(k))
 		if err != nil {
 			return err
 		}

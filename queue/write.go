@@ -640,7 +640,7 @@ func (tx *txw) insertOperation(op *Operation, isHead bool) error {
 	if err := tx.put(tx.b(bucketPartitions), partitionOpKey(op), nil); err != nil {
 		return err
 	}
-	if err := tx.put(tx.b(bucketUnfinished), u64(op.Seq), nil); err != nil {
+	if err := tx.addUnfinished(op.Seq); err != nil {
 		return err
 	}
 	if isHead && op.After == "" {

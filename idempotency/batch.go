@@ -2,11 +2,14 @@ package idempotency
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"path"
+	"reflect"
 	"strconv"
 	"strings"
 )
@@ -23,6 +26,15 @@ type BatchConfig struct {
 	// alone: the routes with their gate (the same mux the single
 	// requests reach, after authentication).
 	Handler http.Handler
+	// Store, when it is a GroupStore (boltstore, pgstore), makes the
+	// operations of a batch commit together: they run one after another
+	// as members of one group transaction, so a batch costs one commit
+	// (one fsync on bbolt, one COMMIT on PostgreSQL) instead of one per
+	// operation. It must be the Store of the gate in front of Handler's
+	// routes: a route gated on another store runs in a transaction of
+	// its own, which on bbolt waits for the group's writer lock forever.
+	// Nil, or a Store without groups: each operation commits on its own.
+	Store Store
 	// MaxOperations and MaxBytes bound a batch (DefaultBatchMaxOperations,
 	// DefaultBatchMaxBytes); a larger one answers 413.
 	MaxOperations int
@@ -78,6 +90,20 @@ func (c BatchConfig) withDefaults() BatchConfig {
 // sent alone. A batch resent after a lost answer therefore replays item
 // by item. The operations run one after another, in order; a failed one
 // does not stop the others.
+//
+// With a GroupStore in cfg.Store the operations commit together, in one
+// group transaction, and the answer is sent after that commit. An
+// operation whose answer is not stored (5xx, 401, ...) rolls back its
+// own writes only: on PostgreSQL to its savepoint; on bbolt, which has
+// none, the group is rolled back and the operations before it run again
+// in a new group (bbolt's own DB.Batch rule), so a handler may run more
+// than once for one answer, as the gate allows (its effects outside the
+// transaction are not covered). An operation whose key is held in this
+// process (earlier in this batch, or by a request that Config.InFlightWait
+// would wait for) runs on its own after the group commits. When the
+// group's commit fails, the operations that ran in it answer 503
+// outcome_unknown (500 internal when the store is sure nothing
+// committed): a retry with the same keys replays or runs them.
 func BatchHandler(cfg BatchConfig) http.Handler {
 	cfg = cfg.withDefaults()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -109,8 +135,12 @@ func BatchHandler(cfg BatchConfig) http.Handler {
 			return
 		}
 		results := make([]BatchResult, len(req.Operations))
-		for i, op := range req.Operations {
-			results[i] = serveOne(cfg, r, op)
+		if gs, ok := cfg.Store.(GroupStore); ok {
+			(&batchRun{cfg: cfg, outer: r, ops: req.Operations, results: results}).grouped(gs, 0, len(results))
+		} else {
+			for i, op := range req.Operations {
+				results[i] = serveOne(cfg, r, op, nil)
+			}
 		}
 		b, err := json.Marshal(struct {
 			Results []BatchResult `json:"results"`
@@ -126,8 +156,9 @@ func BatchHandler(cfg BatchConfig) http.Handler {
 	})
 }
 
-// serveOne runs one operation of a batch through cfg.Handler.
-func serveOne(cfg BatchConfig, outer *http.Request, op BatchOperation) BatchResult {
+// serveOne runs one operation of a batch through cfg.Handler; item, if
+// not nil, makes it a member of the batch's group.
+func serveOne(cfg BatchConfig, outer *http.Request, op BatchOperation, item *batchItem) BatchResult {
 	refuse := func(msg string) BatchResult {
 		b, _ := json.Marshal(map[string]map[string]string{"error": {"code": CodeBadRequest, "message": msg}})
 		return BatchResult{Status: http.StatusBadRequest, Body: b}
@@ -141,7 +172,11 @@ func serveOne(cfg BatchConfig, outer *http.Request, op BatchOperation) BatchResu
 		strings.HasSuffix(op.Path, "/..") || strings.Contains(op.Path, "#") {
 		return refuse("path must be an absolute path on this server")
 	}
-	sub, err := http.NewRequestWithContext(outer.Context(), op.Method, op.Path, bytes.NewReader(op.Body))
+	ctx := outer.Context()
+	if item != nil {
+		ctx = context.WithValue(ctx, batchItemKey{}, item)
+	}
+	sub, err := http.NewRequestWithContext(ctx, op.Method, op.Path, bytes.NewReader(op.Body))
 	if err != nil {
 		return refuse("path: " + err.Error())
 	}
@@ -160,6 +195,11 @@ func serveOne(cfg BatchConfig, outer *http.Request, op BatchOperation) BatchResu
 	}
 	rec := newRecorder(1 << 62)
 	cfg.Handler.ServeHTTP(rec, sub)
+	return resultOf(rec)
+}
+
+// resultOf is the batch result of an operation's answer.
+func resultOf(rec *recorder) BatchResult {
 	res := BatchResult{Status: rec.status, Replayed: rec.header.Get(HeaderReplayed) == "true"}
 	if ra, err := strconv.Atoi(rec.header.Get("Retry-After")); err == nil && ra > 0 {
 		res.RetryAfter = ra
@@ -172,4 +212,153 @@ func serveOne(cfg BatchConfig, outer *http.Request, op BatchOperation) BatchResu
 		}
 	}
 	return res
+}
+
+// batchRun runs the operations of one batch in group transactions.
+type batchRun struct {
+	cfg     BatchConfig
+	outer   *http.Request
+	ops     []BatchOperation
+	results []BatchResult
+}
+
+// groupRun is one group transaction of a batch and the in-flight slots
+// of the keys its members hold.
+type groupRun struct {
+	store Store
+	group TxGroup
+	held  map[string]func()
+	ended bool
+}
+
+// batchItem is one operation of a batch, in its request's context: the
+// gate of its route (the one on the group's store) runs its transaction
+// as a member of the group and says what became of it.
+type batchItem struct {
+	run      *groupRun
+	claimed  bool // a gate took it; a gate nested in the handler does not
+	executed bool // its answer is stored in the group, to commit with it
+	yield    bool // the gate left it to run on its own after the group
+}
+
+type batchItemKey struct{}
+
+// errYield is what the gate's execution returns for a batchItem it left
+// to run on its own; it answers nothing.
+var errYield = errors.New("idempotency: the operation runs after its batch's group")
+
+// groupItem returns the batch operation the request in ctx is, if its
+// group is on this gate's store and no other gate took it.
+func (g *Gate) groupItem(ctx context.Context) *batchItem {
+	item, _ := ctx.Value(batchItemKey{}).(*batchItem)
+	if item == nil || item.claimed || !sameStore(item.run.store, g.cfg.Store) {
+		return nil
+	}
+	item.claimed = true
+	return item
+}
+
+func sameStore(a, b Store) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta != nil && ta.Comparable() && a == b
+}
+
+// grouped runs the operations lo..hi-1, as many at a time as share a
+// group.
+func (b *batchRun) grouped(gs GroupStore, lo, hi int) {
+	for lo < hi {
+		lo = b.groupOnce(gs, lo, hi)
+	}
+}
+
+// groupOnce runs operations from lo in one group and returns the first
+// operation it did not settle.
+func (b *batchRun) groupOnce(gs GroupStore, lo, hi int) int {
+	ctx := b.outer.Context()
+	grp, err := gs.BeginGroup(ctx)
+	if err != nil {
+		// The operation on its own answers as the store lets it.
+		b.results[lo] = serveOne(b.cfg, b.outer, b.ops[lo], nil)
+		return lo + 1
+	}
+	run := &groupRun{store: b.cfg.Store, group: grp, held: make(map[string]func())}
+	defer run.end(ctx, false) // a panicking handler: roll back, free the keys
+	var executed []int
+	for i := lo; i < hi; i++ {
+		item := &batchItem{run: run}
+		res := serveOne(b.cfg, b.outer, b.ops[i], item)
+		switch {
+		case item.yield:
+			b.commit(ctx, run, executed)
+			b.results[i] = serveOne(b.cfg, b.outer, b.ops[i], nil)
+			return i + 1
+		case grp.Broken():
+			// Nothing of the group commits. The operation that broke it
+			// was rolled back, and its answer (not stored) stands, unless
+			// its member had committed; those before it run again.
+			run.end(ctx, false)
+			end := i
+			if item.executed {
+				end = i + 1
+			} else {
+				b.results[i] = res
+			}
+			b.grouped(gs, lo, end)
+			return i + 1
+		}
+		b.results[i] = res
+		if item.executed {
+			executed = append(executed, i)
+		}
+	}
+	b.commit(ctx, run, executed)
+	return hi
+}
+
+// commit commits the group; if that fails, the operations that executed
+// in it answer that their outcome is unknown (or, when the store is sure
+// nothing committed, that nothing was done).
+func (b *batchRun) commit(ctx context.Context, run *groupRun, executed []int) {
+	if err := run.end(ctx, true); err != nil {
+		rec := newRecorder(1 << 20)
+		if errors.Is(err, ErrTxAborted) || errors.Is(err, ErrGroupBroken) {
+			b.cfg.WriteError(rec, b.outer, http.StatusInternalServerError, CodeInternal,
+				"the batch's transaction failed; nothing was done")
+		} else {
+			rec.Header().Set("Retry-After", strconv.Itoa(int(DefaultRetryAfter.Seconds())))
+			b.cfg.WriteError(rec, b.outer, http.StatusServiceUnavailable, CodeOutcomeUnknown,
+				"the idempotency store failed while committing the batch; whether the operation took effect is unknown: "+
+					"retry with the same Idempotency-Key, which replays the answer if it did and runs the operation if it did not")
+		}
+		res := resultOf(rec)
+		for _, i := range executed {
+			b.results[i] = res
+		}
+	}
+}
+
+// end commits (commit) or rolls back the group, once, and frees its
+// keys' in-flight slots after that.
+func (run *groupRun) end(ctx context.Context, commit bool) error {
+	if run.ended {
+		return nil
+	}
+	run.ended = true
+	defer func() {
+		for _, release := range run.held {
+			release()
+		}
+	}()
+	if commit {
+		if run.group.Broken() {
+			_ = run.group.Rollback(context.WithoutCancel(ctx))
+			return ErrGroupBroken
+		}
+		err := run.group.Commit(ctx)
+		if err != nil {
+			_ = run.group.Rollback(context.WithoutCancel(ctx))
+		}
+		return err
+	}
+	return run.group.Rollback(context.WithoutCancel(ctx))
 }

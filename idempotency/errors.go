@@ -31,6 +31,16 @@ var (
 	// COMMIT): it may or may not have committed. The gate answers 503
 	// outcome_unknown; a retry with the same key replays or runs.
 	ErrOutcomeUnknown = errors.New("idempotency: completing or committing failed; the outcome is unknown")
+	// ErrTxAborted is returned (wrapped) by Tx.Complete, Tx.Commit and
+	// TxGroup.Commit when a statement failed and the store's transaction
+	// is aborted (PostgreSQL's 25P02) or was rolled back by the database:
+	// nothing of it can commit, and nothing did. On a SavepointTx the gate
+	// then rolls back to the savepoint it took after the reservation and
+	// stores the handler's answer if it is a final refusal (4xx).
+	ErrTxAborted = errors.New("idempotency: a statement failed and the transaction is aborted")
+	// ErrGroupBroken is returned by TxGroup.Begin and Commit of a group
+	// that is Broken.
+	ErrGroupBroken = errors.New("idempotency: the group transaction can only be rolled back")
 )
 
 // Errors of Do.
@@ -49,7 +59,7 @@ const (
 	CodeInFlight     = "idempotency_in_flight"   // 409: same key still being processed; see Retry-After
 	CodeTooLarge     = "too_large"               // 413: body over Config.MaxBodyBytes
 	CodeUnauthorized = "unauthorized"            // 401: Config.Actor failed
-	CodeInternal     = "internal"                // 500: the store failed
+	CodeInternal     = "internal"                // 500: the store failed, or the handler's transaction was aborted; nothing was done
 	CodeBadRequest   = "bad_request"             // 400: the body could not be read, or is ambiguous JSON (invalid UTF-8, lone surrogate, repeated name)
 	// 400: the JSON body is nested deeper than Config.MaxJSONDepth.
 	CodeJSONTooDeep = "json_too_deep"

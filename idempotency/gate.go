@@ -382,6 +382,9 @@ func (g *Gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 		}
 		return a, nil
 	})
+	if errors.Is(err, errYield) {
+		return // the batch runs the operation again on its own
+	}
 	outcome(o)
 	switch {
 	case o == OutcomeInFlight:
@@ -403,6 +406,9 @@ func (g *Gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 	case errors.Is(err, errResponseTooLarge):
 		g.cfg.WriteError(w, r, http.StatusInternalServerError, CodeResponseTooLarge,
 			fmt.Sprintf("the answer is larger than the %d bytes the server stores for replay; nothing was done", g.cfg.MaxResponseBytes))
+	case errors.Is(err, ErrTxAborted):
+		g.cfg.WriteError(w, r, http.StatusInternalServerError, CodeInternal,
+			"a statement of the handler failed and its transaction was aborted; nothing was done")
 	default:
 		g.cfg.WriteError(w, r, http.StatusInternalServerError, CodeInternal, "the idempotency store failed; nothing was done")
 	}
@@ -422,9 +428,19 @@ var errNotStored = errors.New("idempotency: answer not stored")
 //   - OutcomeInFlight when another execution holds the key;
 //   - OutcomeRolledBack and exec's error when exec failed: nothing
 //     committed;
-//   - OutcomeFailed and the store's error: nothing committed.
+//   - OutcomeFailed and the store's error: nothing committed (an error
+//     wrapping ErrTxAborted when a statement of exec failed and exec
+//     still answered success);
+//   - OutcomeUnknown when completing or committing failed after exec
+//     ran.
+//
+// In an operation of a batch whose items commit together (a batchItem in
+// ctx for this gate's store), the transaction is a member of the batch's
+// group: "committed" means kept in the group, which the batch commits
+// after its last item.
 func (g *Gate) execute(ctx context.Context, actor, key, op, fp string, exec func(ctx context.Context) (*answer, error)) (Outcome, *answer, error) {
 	log := &lazyLogger{base: g.cfg.Logger, op: op, key: key}
+	item := g.groupItem(ctx)
 
 	// A finished key is answered from one read of the committed record,
 	// without the in-flight slot, a store transaction or a lock: however
@@ -437,13 +453,41 @@ func (g *Gate) execute(ctx context.Context, actor, key, op, fp string, exec func
 	// Requests with the same (actor, key) in this process meet here, so
 	// a duplicate never holds a store connection or the bbolt writer
 	// lock while the first runs.
-	release, ok := g.inflight.acquire(ctx, actor+"\x00"+key, g.cfg.InFlightWait)
-	if !ok {
-		return g.inFlight(ctx, log, actor, key, fp)
+	slot := actor + "\x00" + key
+	var (
+		tx  Tx
+		err error
+	)
+	if item != nil {
+		// A member holds its slot until the group ends, so that a
+		// duplicate never sees the key free before the answer commits.
+		// It never waits for one: the group holds the store (bbolt's
+		// writer lock, PostgreSQL's row locks) that the holder may need.
+		// The key earlier in this batch, or a wait the configuration
+		// asks for, is left to the batch, which runs the operation on its
+		// own once the group has committed.
+		if _, mine := item.run.held[slot]; mine {
+			item.yield = true
+			return 0, nil, errYield
+		}
+		release, ok := g.inflight.acquire(ctx, slot, 0)
+		if !ok {
+			if g.cfg.InFlightWait > 0 {
+				item.yield = true
+				return 0, nil, errYield
+			}
+			return g.inFlight(ctx, log, actor, key, fp)
+		}
+		item.run.held[slot] = release
+		tx, err = item.run.group.Begin(ctx)
+	} else {
+		release, ok := g.inflight.acquire(ctx, slot, g.cfg.InFlightWait)
+		if !ok {
+			return g.inFlight(ctx, log, actor, key, fp)
+		}
+		defer release()
+		tx, err = g.cfg.Store.Begin(ctx)
 	}
-	defer release()
-
-	tx, err := g.cfg.Store.Begin(ctx)
 	if err != nil {
 		log.WarnContext(ctx, "idempotency: begin failed", slog.Any("err", err))
 		return OutcomeFailed, nil, err
@@ -487,6 +531,16 @@ func (g *Gate) execute(ctx context.Context, actor, key, op, fp string, exec func
 		}
 	}
 
+	// The handler runs after a savepoint: if one of its statements fails
+	// and it answers with a final refusal, the refusal is still stored.
+	sp, savepoint := tx.(SavepointTx)
+	if savepoint {
+		if err := sp.Savepoint(ctx); err != nil {
+			log.WarnContext(ctx, "idempotency: savepoint failed", slog.Any("err", err))
+			return OutcomeFailed, nil, err
+		}
+	}
+
 	txCtx := ContextWithTx(ctx, tx)
 	if g.cfg.TestHookAfterReserve != nil {
 		g.cfg.TestHookAfterReserve(txCtx)
@@ -514,11 +568,32 @@ func (g *Gate) execute(ctx context.Context, actor, key, op, fp string, exec func
 	// From here a failure leaves the outcome unknown to the gate: a store
 	// may send the completion with the COMMIT, and a connection lost
 	// during COMMIT does not say whether it happened.
-	if err := tx.Complete(ctx, rec); err != nil {
+	err = tx.Complete(ctx, rec)
+	if errors.Is(err, ErrTxAborted) {
+		// A statement of the handler failed, and the handler answered
+		// anyway. A final refusal (the natural "insert, catch the unique
+		// violation, answer 409") is stored without the handler's writes:
+		// back to the savepoint, which also ends the aborted state. A
+		// success cannot be: its writes did not happen.
+		if !savepoint || ans.status < 400 {
+			log.WarnContext(ctx, "idempotency: the handler answered success after a statement failed; rolled back",
+				slog.Int("status", ans.status))
+			return OutcomeFailed, nil, err
+		}
+		if err := sp.RollbackToSavepoint(ctx); err != nil {
+			log.WarnContext(ctx, "idempotency: rollback to the savepoint failed", slog.Any("err", err))
+			return OutcomeFailed, nil, err
+		}
+		err = tx.Complete(ctx, rec)
+	}
+	if err != nil {
 		return g.endFailed(ctx, log, "complete", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return g.endFailed(ctx, log, "commit", err)
+	}
+	if item != nil {
+		item.executed = true
 	}
 	return OutcomeExecuted, ans, nil
 }
@@ -559,11 +634,12 @@ func (g *Gate) inFlight(ctx context.Context, log *lazyLogger, actor, key, fp str
 }
 
 // endFailed reports a failure to complete or commit after the handler
-// ran. A transaction the handler ended is OutcomeFailed; any other
-// failure is OutcomeUnknown.
+// ran. A transaction the handler ended, or one the database says it
+// rolled back (ErrTxAborted), is OutcomeFailed: nothing committed. Any
+// other failure (a connection lost during COMMIT) is OutcomeUnknown.
 func (g *Gate) endFailed(ctx context.Context, log *lazyLogger, step string, err error) (Outcome, *answer, error) {
 	g.warnEnd(ctx, log, step, err)
-	if errors.Is(err, ErrTxEnded) {
+	if errors.Is(err, ErrTxEnded) || errors.Is(err, ErrTxAborted) {
 		return OutcomeFailed, nil, err
 	}
 	return OutcomeUnknown, nil, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)

@@ -106,3 +106,55 @@ func TxFromContext(ctx context.Context) Tx {
 	tx, _ := ctx.Value(txKey{}).(Tx)
 	return tx
 }
+
+// SavepointTx is a Tx that can go back to a point after its reservation.
+// The gate marks that point right after a new reservation, before the
+// handler runs, so that a handler whose statement failed (PostgreSQL then
+// aborts the transaction: SQLSTATE 25P02 for every later statement) can
+// still have its final refusal stored: the gate rolls back to the
+// savepoint, which discards the handler's writes and ends the aborted
+// state, and completes the record. pgstore and sqlstore implement it;
+// bbolt transactions are never aborted by a failed write.
+type SavepointTx interface {
+	Tx
+	// Savepoint marks the transaction's present state, replacing an
+	// earlier mark.
+	Savepoint(ctx context.Context) error
+	// RollbackToSavepoint discards what was written since Savepoint and
+	// makes an aborted transaction usable again.
+	RollbackToSavepoint(ctx context.Context) error
+}
+
+// GroupStore is a Store that can run several gated requests in one
+// transaction, each in a member transaction nested in it, so that they
+// commit together: one fsync (bbolt) or one COMMIT (PostgreSQL) for all.
+// BatchHandler uses it (BatchConfig.Store) for the operations of a batch;
+// each keeps its own record, fingerprint, replay and answer, and a member
+// rolled back takes only its own writes with it. boltstore and pgstore
+// implement it.
+type GroupStore interface {
+	Store
+	// BeginGroup starts a group transaction.
+	BeginGroup(ctx context.Context) (TxGroup, error)
+}
+
+// TxGroup is a group transaction. Its members run one after another, on
+// the goroutine that owns the group.
+type TxGroup interface {
+	// Begin starts a member transaction. Its Commit keeps the member's
+	// reservation, writes and completion in the group, to commit with it;
+	// its Rollback discards only the member's writes, or, on a store
+	// without savepoints, marks the group Broken.
+	Begin(ctx context.Context) (Tx, error)
+	// Broken reports that the group can only be rolled back: a member
+	// rolled back writes the store cannot discard alone (bbolt has no
+	// savepoints), or the group's connection failed. The members that
+	// committed in it must run again, in a new group.
+	Broken() bool
+	// Commit commits the members that committed. It returns an error
+	// wrapping ErrTxAborted when the store is sure nothing committed.
+	Commit(ctx context.Context) error
+	// Rollback discards the whole group. It is safe to call after Commit
+	// (it then does nothing).
+	Rollback(ctx context.Context) error
+}

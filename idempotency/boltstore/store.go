@@ -148,10 +148,81 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	}
 }
 
-// Tx is the transaction of one gated request.
+// BeginGroup implements idempotency.GroupStore: one bbolt write
+// transaction (so one commit, one fsync) for the gated requests of a
+// batch. bbolt has no savepoints, so a member that rolls back after
+// writing breaks the group: idempotency.BatchHandler then rolls it back
+// and runs the members before it again, in a new group, as bbolt's own
+// DB.Batch does with a failing function.
+func (s *Store) BeginGroup(ctx context.Context) (idempotency.TxGroup, error) {
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: begin group: %w", err)
+	}
+	return &Group{tx: tx}, nil
+}
+
+// Group is a group transaction: one bbolt write transaction its members
+// share.
+type Group struct {
+	tx     *bolt.Tx
+	broken bool
+	done   bool
+}
+
+var _ idempotency.GroupStore = (*Store)(nil)
+
+// Begin implements idempotency.TxGroup.
+func (g *Group) Begin(ctx context.Context) (idempotency.Tx, error) {
+	switch {
+	case g.done:
+		return nil, idempotency.ErrTxDone
+	case g.Broken():
+		return nil, idempotency.ErrGroupBroken
+	}
+	return &Tx{tx: g.tx, group: g}, nil
+}
+
+// Broken implements idempotency.TxGroup: a member rolled back after it
+// wrote, or a handler ended the shared transaction.
+func (g *Group) Broken() bool { return g.broken || (!g.done && g.tx.DB() == nil) }
+
+// Commit implements idempotency.TxGroup.
+func (g *Group) Commit(ctx context.Context) error {
+	if g.done {
+		return idempotency.ErrTxDone
+	}
+	if g.tx.DB() == nil {
+		g.done = true
+		return idempotency.ErrTxEnded
+	}
+	if g.broken {
+		return idempotency.ErrGroupBroken
+	}
+	g.done = true
+	if err := g.tx.Commit(); err != nil {
+		return fmt.Errorf("boltstore: commit group: %w", err)
+	}
+	return nil
+}
+
+// Rollback implements idempotency.TxGroup.
+func (g *Group) Rollback(ctx context.Context) error {
+	if g.done || g.tx.DB() == nil {
+		g.done = true
+		return nil
+	}
+	g.done = true
+	return g.tx.Rollback()
+}
+
+// Tx is the transaction of one gated request: a bbolt write transaction
+// of its own, or a member of a Group's.
 type Tx struct {
 	tx       *bolt.Tx
+	group    *Group // nil for a transaction of its own
 	reserved []byte
+	wrote    bool // Reserve wrote: a member's rollback breaks its group
 	done     bool
 }
 
@@ -193,10 +264,12 @@ func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time
 		if !old.Expired(now) {
 			return old, nil
 		}
+		t.wrote = true
 		if err := exp.Delete(expiryKey(old.ExpiresAt, rk)); err != nil {
 			return nil, fmt.Errorf("boltstore: reserve: %w", err)
 		}
 	}
+	t.wrote = true
 	if err := put(recs, rk, rec); err != nil {
 		return nil, err
 	}
@@ -241,7 +314,8 @@ func (t *Tx) Complete(ctx context.Context, rec *idempotency.Record) error {
 	return put(recs, rk, rec)
 }
 
-// Commit implements idempotency.Tx.
+// Commit implements idempotency.Tx. A member's commit keeps its writes
+// in the group, which commits them.
 func (t *Tx) Commit(ctx context.Context) error {
 	if t.done {
 		return idempotency.ErrTxDone
@@ -251,19 +325,29 @@ func (t *Tx) Commit(ctx context.Context) error {
 		return idempotency.ErrTxEnded
 	}
 	t.done = true
+	if t.group != nil {
+		return nil
+	}
 	if err := t.tx.Commit(); err != nil {
 		return fmt.Errorf("boltstore: commit: %w", err)
 	}
 	return nil
 }
 
-// Rollback implements idempotency.Tx.
+// Rollback implements idempotency.Tx. A member cannot take its writes
+// back alone: if it wrote, its group is broken (TxGroup.Broken).
 func (t *Tx) Rollback(ctx context.Context) error {
 	if t.done || t.ended() {
 		t.done = true
 		return nil
 	}
 	t.done = true
+	if t.group != nil {
+		if t.wrote {
+			t.group.broken = true
+		}
+		return nil
+	}
 	return t.tx.Rollback()
 }
 

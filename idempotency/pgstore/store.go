@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,7 +79,10 @@ type Store struct {
 	lease       string
 }
 
-var _ idempotency.Store = (*Store)(nil)
+var (
+	_ idempotency.Store       = (*Store)(nil)
+	_ idempotency.SavepointTx = (*Tx)(nil)
+)
 
 // New migrates the schema and returns the store.
 func New(ctx context.Context, cfg Config) (*Store, error) {
@@ -183,20 +187,32 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	}
 }
 
+// Savepoint names. The gate's is taken after a new reservation (the
+// handler runs after it); a group member's before its reservation.
+const (
+	savepointGate = "idempotency_gate"
+	savepointItem = "idempotency_item"
+)
+
 // Tx is the transaction of one gated request, on one pooled connection.
 // It costs as many round trips as a plain transaction with the same
 // domain writes (BEGIN, the writes, COMMIT): Reserve pipelines BEGIN, the
-// transaction's limits and the reserving INSERT; Commit pipelines the
-// completing UPDATE and the COMMIT.
+// transaction's limits, the reserving INSERT and the gate's savepoint;
+// Commit pipelines the completing UPDATE and the COMMIT. A member of a
+// Group pipelines its own savepoint with its reservation instead of
+// BEGIN, and the release of that savepoint with its completion.
 type Tx struct {
 	store    *Store
-	pc       *pgxpool.Conn // released by Commit or Rollback
+	pc       *pgxpool.Conn // released by Commit or Rollback; nil for a member
 	conn     *pgx.Conn
+	group    *Group // nil for a transaction of its own
 	begun    bool
 	err      error // a failed lazy begin, reported by Commit
 	actor    string
 	key      string
 	reserved bool
+	itemSP   bool                // a member's savepoint was sent
+	gateSP   bool                // the gate's savepoint directly follows the reservation
 	complete *idempotency.Record // sent with the COMMIT
 	done     bool
 }
@@ -214,15 +230,32 @@ func TxFromContext(ctx context.Context) (tx pgx.Tx, ok bool) {
 	if !ok || t.done {
 		return nil, false
 	}
-	if !t.begun {
-		// A handler outside Reserve (e.g. run ungated): a plain BEGIN.
-		if _, err := t.conn.Exec(ctx, t.store.beginSQL); err != nil {
+	if !t.begun || (t.group != nil && !t.itemSP) {
+		// A handler outside Reserve (e.g. run ungated): a plain BEGIN,
+		// and a member's savepoint.
+		sql := ""
+		if !t.begun {
+			sql = t.store.beginSQL + "; "
+		}
+		if t.group != nil {
+			sql += "SAVEPOINT " + savepointItem
+		}
+		if _, err := t.conn.Exec(ctx, strings.TrimSuffix(sql, "; ")); err != nil {
 			t.err = err
 			return nil, false
 		}
-		t.begun = true
+		t.setBegun()
+		t.itemSP = t.group != nil
 	}
 	return &handlerTx{conn: t.conn}, true
+}
+
+// setBegun records whether the connection is in a transaction now.
+func (t *Tx) setBegun() {
+	t.begun = t.conn.PgConn().TxStatus() != 'I'
+	if t.group != nil {
+		t.group.begun = t.begun
+	}
 }
 
 // Reserve implements idempotency.Tx, pipelined with BEGIN. When another
@@ -243,24 +276,35 @@ func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time
 		got      bool
 		inserted int
 	)
+	// One round trip: BEGIN and the limits (unless begun), a member's
+	// savepoint, the reservation, and the gate's savepoint after it.
+	b := &pgx.Batch{}
 	if !t.begun {
-		b := &pgx.Batch{}
 		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 		b.Queue("SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)",
 			t.store.lockTimeout, t.store.lease)
-		b.Queue(pgsql.Reserve, args...)
-		br := t.conn.SendBatch(ctx, b)
-		_, err1 := br.Exec()
-		_, err2 := br.Exec()
-		err3 := br.QueryRow().Scan(&got, &inserted)
-		errClose := br.Close()
-		t.begun = t.conn.PgConn().TxStatus() != 'I'
-		if err := errors.Join(err1, err2, err3, errClose); err != nil {
-			return nil, classify("reserve", err)
-		}
-	} else if err := t.conn.QueryRow(ctx, pgsql.Reserve, args...).Scan(&got, &inserted); err != nil {
+	}
+	if t.group != nil && !t.itemSP {
+		b.Queue("SAVEPOINT " + savepointItem)
+		t.itemSP = true
+	}
+	pre := b.Len()
+	b.Queue(pgsql.Reserve, args...)
+	b.Queue("SAVEPOINT " + savepointGate)
+	br := t.conn.SendBatch(ctx, b)
+	errs := make([]error, 0, pre+3)
+	for range pre {
+		_, err := br.Exec()
+		errs = append(errs, err)
+	}
+	errs = append(errs, br.QueryRow().Scan(&got, &inserted))
+	_, err := br.Exec()
+	errs = append(errs, err, br.Close())
+	t.setBegun()
+	if err := errors.Join(errs...); err != nil {
 		return nil, classify("reserve", err)
 	}
+	t.gateSP = got && inserted == 1
 	for range 3 {
 		if !got {
 			// The lock is taken: by a request in flight, or by one that
@@ -305,8 +349,38 @@ func (t *Tx) busy(ctx context.Context, rec *idempotency.Record, now time.Time) (
 	return nil, idempotency.ErrInFlight
 }
 
+// Savepoint implements idempotency.SavepointTx. Right after a new
+// reservation it costs nothing: Reserve sent the savepoint with it.
+func (t *Tx) Savepoint(ctx context.Context) error {
+	if t.done {
+		return idempotency.ErrTxDone
+	}
+	if t.gateSP {
+		t.gateSP = false
+		return nil
+	}
+	if _, err := t.conn.Exec(ctx, "SAVEPOINT "+savepointGate); err != nil {
+		return fmt.Errorf("pgstore: savepoint: %w", err)
+	}
+	return nil
+}
+
+// RollbackToSavepoint implements idempotency.SavepointTx.
+func (t *Tx) RollbackToSavepoint(ctx context.Context) error {
+	if t.done {
+		return idempotency.ErrTxDone
+	}
+	t.gateSP = false
+	if _, err := t.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepointGate); err != nil {
+		return fmt.Errorf("pgstore: rollback to savepoint: %w", err)
+	}
+	return nil
+}
+
 // Complete implements idempotency.Tx. The UPDATE to completed is sent
 // with the COMMIT; it fails the commit if the reservation is not there.
+// If a statement failed and the transaction is aborted, it returns
+// idempotency.ErrTxAborted at once.
 func (t *Tx) Complete(ctx context.Context, rec *idempotency.Record) error {
 	if t.done {
 		return idempotency.ErrTxDone
@@ -314,18 +388,29 @@ func (t *Tx) Complete(ctx context.Context, rec *idempotency.Record) error {
 	if !t.reserved || rec.Actor != t.actor || rec.Key != t.key {
 		return idempotency.ErrNotReserved
 	}
+	if t.conn.PgConn().TxStatus() == 'E' {
+		return fmt.Errorf("pgstore: complete: %w", idempotency.ErrTxAborted)
+	}
 	c := *rec
 	t.complete = &c
 	return nil
 }
 
 // Commit implements idempotency.Tx: the completion and COMMIT in one
-// round trip.
+// round trip (a member: the completion and the release of its
+// savepoint, the group commits).
 func (t *Tx) Commit(ctx context.Context) error {
 	if t.done {
 		return idempotency.ErrTxDone
 	}
 	t.done = true
+	if t.group != nil {
+		err := t.commitMember(ctx)
+		if err != nil {
+			t.group.broken = true
+		}
+		return err
+	}
 	defer t.release(ctx)
 	if t.err != nil {
 		return fmt.Errorf("pgstore: commit: the transaction did not begin: %w", t.err)
@@ -339,19 +424,8 @@ func (t *Tx) Commit(ctx context.Context) error {
 		return idempotency.ErrTxEnded
 	}
 	b := &pgx.Batch{}
-	if rec := t.complete; rec != nil {
-		hdr, err := json.Marshal(http.Header(rec.ResponseHeader))
-		if err != nil {
-			return fmt.Errorf("pgstore: encode response headers: %w", err)
-		}
-		body := rec.ResponseBody
-		if body == nil {
-			body = []byte{}
-		}
-		// Fails the pipeline, and so skips the COMMIT, unless exactly the
-		// reserved row was completed.
-		b.Queue(pgsql.Complete,
-			rec.Actor, rec.Key, rec.ResponseStatus, hdr, body, rec.CompletedAt, rec.ExpiresAt)
+	if err := t.completion(b); err != nil {
+		return err
 	}
 	b.Queue("COMMIT")
 	br := t.conn.SendBatch(ctx, b)
@@ -364,22 +438,186 @@ func (t *Tx) Commit(ctx context.Context) error {
 	}
 	errs = append(errs, br.Close())
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("pgstore: commit: %w", err)
+		return commitError("commit", err)
 	}
 	if tag.String() == "ROLLBACK" {
-		return fmt.Errorf("pgstore: commit: %w", pgx.ErrTxCommitRollback)
+		return fmt.Errorf("pgstore: commit: %w: %w", idempotency.ErrTxAborted, pgx.ErrTxCommitRollback)
 	}
 	return nil
 }
 
-// Rollback implements idempotency.Tx.
+// completion queues the completing UPDATE, if Complete was called.
+func (t *Tx) completion(b *pgx.Batch) error {
+	rec := t.complete
+	if rec == nil {
+		return nil
+	}
+	hdr, err := json.Marshal(http.Header(rec.ResponseHeader))
+	if err != nil {
+		return fmt.Errorf("pgstore: encode response headers: %w", err)
+	}
+	body := rec.ResponseBody
+	if body == nil {
+		body = []byte{}
+	}
+	// Fails the pipeline, and so skips what follows, unless exactly the
+	// reserved row was completed.
+	b.Queue(pgsql.Complete, rec.Actor, rec.Key, rec.ResponseStatus, hdr, body, rec.CompletedAt, rec.ExpiresAt)
+	return nil
+}
+
+// commitMember completes a member and releases its savepoint, in one
+// round trip: its writes stay in the group's transaction.
+func (t *Tx) commitMember(ctx context.Context) error {
+	if t.err != nil {
+		return fmt.Errorf("pgstore: commit: the transaction did not begin: %w", t.err)
+	}
+	if !t.itemSP {
+		return nil // nothing began
+	}
+	if t.conn.PgConn().TxStatus() == 'I' {
+		return idempotency.ErrTxEnded
+	}
+	b := &pgx.Batch{}
+	if err := t.completion(b); err != nil {
+		return err
+	}
+	b.Queue("RELEASE SAVEPOINT " + savepointItem)
+	br := t.conn.SendBatch(ctx, b)
+	var errs []error
+	for range b.Len() {
+		_, err := br.Exec()
+		errs = append(errs, err)
+	}
+	errs = append(errs, br.Close())
+	if err := errors.Join(errs...); err != nil {
+		return commitError("commit member", err)
+	}
+	return nil
+}
+
+// commitError wraps the error of a commit: with idempotency.ErrTxAborted
+// when PostgreSQL answered it with an ERROR, which rolls back (a failed
+// completion skips the COMMIT; a COMMIT that fails rolls back); as it is
+// when the answer did not arrive (a lost connection), where the outcome
+// is unknown.
+func commitError(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Severity == "ERROR" {
+		return fmt.Errorf("pgstore: %s: %w: %w", op, idempotency.ErrTxAborted, err)
+	}
+	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+// Rollback implements idempotency.Tx. A member rolls back to its
+// savepoint; if that fails, its group is broken.
 func (t *Tx) Rollback(ctx context.Context) error {
 	if t.done {
 		return nil
 	}
 	t.done = true
+	if t.group != nil {
+		if !t.itemSP {
+			return nil
+		}
+		if t.conn.IsClosed() {
+			t.group.broken = true
+			return nil
+		}
+		_, err := t.conn.Exec(context.WithoutCancel(ctx),
+			"ROLLBACK TO SAVEPOINT "+savepointItem+"; RELEASE SAVEPOINT "+savepointItem)
+		if err != nil {
+			t.group.broken = true
+			return fmt.Errorf("pgstore: rollback member: %w", err)
+		}
+		return nil
+	}
 	t.release(ctx)
 	return nil
+}
+
+// BeginGroup implements idempotency.GroupStore: one transaction on one
+// pooled connection for the gated requests of a batch, each member
+// between a savepoint (sent with its reservation) and its release (sent
+// with its completion), so that a member rolled back takes only its own
+// writes, and one COMMIT for all. The group holds its members'
+// reservations (their advisory locks) and row locks until it ends.
+func (s *Store) BeginGroup(ctx context.Context) (idempotency.TxGroup, error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: begin group: %w", err)
+	}
+	return &Group{store: s, pc: pc, conn: pc.Conn()}, nil
+}
+
+var _ idempotency.GroupStore = (*Store)(nil)
+
+// Group is a group transaction on one pooled connection.
+type Group struct {
+	store  *Store
+	pc     *pgxpool.Conn
+	conn   *pgx.Conn
+	begun  bool
+	broken bool
+	done   bool
+}
+
+// Begin implements idempotency.TxGroup. The member's savepoint goes out
+// with its reservation (and the group's BEGIN with the first).
+func (g *Group) Begin(ctx context.Context) (idempotency.Tx, error) {
+	switch {
+	case g.done:
+		return nil, idempotency.ErrTxDone
+	case g.Broken():
+		return nil, idempotency.ErrGroupBroken
+	}
+	return &Tx{store: g.store, conn: g.conn, group: g, begun: g.begun}, nil
+}
+
+// Broken implements idempotency.TxGroup: a member's savepoint could not
+// be released or rolled back to, or the connection is gone.
+func (g *Group) Broken() bool { return g.broken || (!g.done && g.conn.IsClosed()) }
+
+// Commit implements idempotency.TxGroup.
+func (g *Group) Commit(ctx context.Context) error {
+	if g.done {
+		return idempotency.ErrTxDone
+	}
+	g.done = true
+	defer g.release(ctx)
+	switch {
+	case g.broken:
+		return idempotency.ErrGroupBroken
+	case !g.begun:
+		return nil
+	case g.conn.PgConn().TxStatus() == 'I':
+		return idempotency.ErrTxEnded
+	}
+	tag, err := g.conn.Exec(ctx, "COMMIT")
+	if err != nil {
+		return commitError("commit group", err)
+	}
+	if tag.String() == "ROLLBACK" {
+		return fmt.Errorf("pgstore: commit group: %w: %w", idempotency.ErrTxAborted, pgx.ErrTxCommitRollback)
+	}
+	return nil
+}
+
+// Rollback implements idempotency.TxGroup.
+func (g *Group) Rollback(ctx context.Context) error {
+	if g.done {
+		return nil
+	}
+	g.done = true
+	g.release(ctx)
+	return nil
+}
+
+func (g *Group) release(ctx context.Context) {
+	if !g.conn.IsClosed() && g.conn.PgConn().TxStatus() != 'I' {
+		_, _ = g.conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+	g.pc.Release()
 }
 
 // release ends whatever transaction is still open on the connection and

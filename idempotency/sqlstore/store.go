@@ -59,7 +59,10 @@ type Store struct {
 	lease       string
 }
 
-var _ idempotency.Store = (*Store)(nil)
+var (
+	_ idempotency.Store       = (*Store)(nil)
+	_ idempotency.SavepointTx = (*Tx)(nil)
+)
 
 // New migrates the schema (the same as pgstore's) and returns the store.
 func New(ctx context.Context, cfg Config) (*Store, error) {
@@ -322,7 +325,7 @@ func (t *Tx) Complete(ctx context.Context, rec *idempotency.Record) error {
 	}
 	var xid sql.NullInt64
 	if err := t.tx.QueryRowContext(ctx, `SELECT txid_current_if_assigned()`).Scan(&xid); err != nil {
-		return fmt.Errorf("sqlstore: complete: %w", err)
+		return endError("complete", err)
 	}
 	if !xid.Valid || xid.Int64 != t.xid {
 		return idempotency.ErrTxEnded
@@ -338,10 +341,37 @@ func (t *Tx) Complete(ctx context.Context, rec *idempotency.Record) error {
 	var one int
 	if err := t.tx.QueryRowContext(ctx, pgsql.Complete,
 		rec.Actor, rec.Key, rec.ResponseStatus, hdr, body, rec.CompletedAt, rec.ExpiresAt).Scan(&one); err != nil {
-		return fmt.Errorf("sqlstore: complete: %w", err)
+		return endError("complete", err)
 	}
 	return nil
 }
+
+// Savepoint implements idempotency.SavepointTx: the gate's savepoint
+// after the reservation (one round trip; database/sql cannot pipeline
+// it).
+func (t *Tx) Savepoint(ctx context.Context) error {
+	if t.done {
+		return idempotency.ErrTxDone
+	}
+	if _, err := t.tx.ExecContext(ctx, "SAVEPOINT "+savepointGate); err != nil {
+		return fmt.Errorf("sqlstore: savepoint: %w", err)
+	}
+	return nil
+}
+
+// RollbackToSavepoint implements idempotency.SavepointTx.
+func (t *Tx) RollbackToSavepoint(ctx context.Context) error {
+	if t.done {
+		return idempotency.ErrTxDone
+	}
+	if _, err := t.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepointGate); err != nil {
+		return fmt.Errorf("sqlstore: rollback to savepoint: %w", err)
+	}
+	return nil
+}
+
+// savepointGate is the name of the gate's savepoint (pgstore's too).
+const savepointGate = "idempotency_gate"
 
 // Commit implements idempotency.Tx.
 func (t *Tx) Commit(ctx context.Context) error {
@@ -350,9 +380,26 @@ func (t *Tx) Commit(ctx context.Context) error {
 	}
 	t.done = true
 	if err := t.tx.Commit(); err != nil {
-		return fmt.Errorf("sqlstore: commit: %w", err)
+		return endError("commit", err)
 	}
 	return nil
+}
+
+// endError wraps an error of completing or committing: with
+// idempotency.ErrTxAborted when PostgreSQL answered with an error that
+// rolls the transaction back or says it is aborted (25P02), which the
+// driver reports with its SQLSTATE; as it is otherwise (a lost
+// connection: the outcome is unknown). Class 08 (connection exception)
+// and 57 (operator intervention: a terminated backend) say nothing
+// about the outcome.
+func endError(op string, err error) error {
+	var s sqlState
+	if errors.As(err, &s) {
+		if c := s.SQLState(); len(c) == 5 && c[:2] != "08" && c[:2] != "57" {
+			return fmt.Errorf("sqlstore: %s: %w: %w", op, idempotency.ErrTxAborted, err)
+		}
+	}
+	return fmt.Errorf("sqlstore: %s: %w", op, err)
 }
 
 // Rollback implements idempotency.Tx.

@@ -7,7 +7,9 @@
 // the gated request's transaction, and checks the protocol: one effect
 // per key however often and however concurrently it is sent, identical
 // answers, 422 on a reused key, 400 on a missing key, nothing stored for
-// a failing handler, expiry and sweeping.
+// a failing handler, a refusal stored after a failed statement, expiry
+// and sweeping, and batches whose operations commit together
+// (idempotency.BatchHandler with the Store, a GroupStore or not).
 package idempotencytest
 
 import (
@@ -57,6 +59,12 @@ type Harness struct {
 	// returns once it is cut. Stores without a connection (bbolt) leave
 	// it nil.
 	Kill func(ctx context.Context) error
+	// FailStatement, if set, runs a statement that fails in the gated
+	// request's transaction in ctx and returns its error, as a handler's
+	// INSERT meeting a unique violation would: on PostgreSQL the
+	// transaction is then aborted (25P02). Stores whose transactions a
+	// failed write does not abort (bbolt) leave it nil.
+	FailStatement func(ctx context.Context) error
 }
 
 // Run runs the suite. newHarness is called once per subtest and must
@@ -95,6 +103,14 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"CompletedKeyReplaysToConcurrentResends", testCompletedConcurrentResends},
 		{"DeepJSONIsRefused", testDeepJSON},
 		{"LostConnectionAtCommitAsksForARetry", testLostAtCommit},
+		{"FailedStatementThenRefusalIsStored", testFailedStatementThenRefusal},
+		{"FailedStatementThenSuccessIsNothingDone", testFailedStatementThenSuccess},
+		{"BatchCommitsTogether", testBatchCommitsTogether},
+		{"BatchItemRolledBackAlone", testBatchItemRolledBack},
+		{"BatchSameKeyTwice", testBatchSameKeyTwice},
+		{"BatchConcurrentWithSingles", testBatchConcurrent},
+		{"BatchFailedStatementThenRefusal", testBatchFailedStatement},
+		{"BatchLostConnection", testBatchLostConnection},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

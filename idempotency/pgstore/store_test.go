@@ -106,6 +106,15 @@ func TestConformance(t *testing.T) {
 				return err
 			},
 			Record: s.Get,
+			FailStatement: func(ctx context.Context) error {
+				tx, ok := pgstore.TxFromContext(ctx)
+				if !ok {
+					return errors.New("no tx in context")
+				}
+				// A unique violation (23505) within one statement.
+				_, err := tx.Exec(ctx, `INSERT INTO test_effects (id, tag) VALUES (-1, 'dup'), (-1, 'dup')`)
+				return err
+			},
 		}
 	})
 }

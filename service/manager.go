@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"regexp"
 	"runtime"
@@ -43,6 +44,10 @@ type Config struct {
 	Executable string
 	// Arguments are the program's arguments, e.g. ["run", "--data-dir=..."].
 	Arguments []string
+	// WritablePaths are what a hardened system unit may write (systemd:
+	// ReadWritePaths): the data directory, and the socket's directory
+	// when it is elsewhere. Everything else is read-only to it.
+	WritablePaths []string
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -118,17 +123,39 @@ func New(cfg Config) (*Manager, error) {
 		Arguments:   cfg.Arguments,
 		Option: ks.KeyValue{
 			"UserService": cfg.User,
-			// launchd: start at load (boot or login), not only on demand;
-			// systemd and Windows restart a failed syncd by default.
-			"RunAtLoad": true,
+			"RunAtLoad":   true,
 		},
 	}
-	if ks.Platform() == PlatformLaunchd && cfg.User {
-		// launchd writes a user agent's stdout and stderr to
-		// ~/NAME.{out,err}.log unless told otherwise.
-		if home, err := os.UserHomeDir(); err == nil {
-			kc.Option["LogDirectory"] = home + "/Library/Logs"
+	// The service files are this package's (units.go), not
+	// kardianos/service's: a user unit wanted by default.target, a
+	// hardened system unit, restarts within seconds.
+	u := Unit{
+		Name: cfg.Name, Description: cfg.Description, User: cfg.User,
+		Executable: cfg.Executable, Arguments: cfg.Arguments, WritablePaths: cfg.WritablePaths,
+	}
+	switch ks.Platform() {
+	case PlatformSystemd:
+		unit, err := SystemdUnit(u)
+		if err != nil {
+			return nil, err
 		}
+		kc.Option["SystemdScript"] = unit
+	case PlatformLaunchd:
+		u.LogDirectory = "/var/log"
+		if cfg.User {
+			// launchd writes a user agent's stdout and stderr to
+			// ~/NAME.{out,err}.log unless told otherwise.
+			if home, err := os.UserHomeDir(); err == nil {
+				u.LogDirectory = home + "/Library/Logs"
+			}
+		}
+		plist, err := LaunchdPlist(u)
+		if err != nil {
+			return nil, err
+		}
+		kc.Option["LaunchdConfig"] = plist
+	case "windows-service":
+		maps.Copy(kc.Option, WindowsOptions())
 	}
 	svc, err := ks.New(nopProgram{}, kc)
 	if err != nil {

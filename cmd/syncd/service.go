@@ -140,8 +140,17 @@ func serviceInstall(args []string, stdout, stderr io.Writer) error {
 	if name != config.DefaultServiceName && !hasFlag(runArgs, "service-name") {
 		runArgs = append(runArgs, "--service-name="+name)
 	}
-	m, err := service.New(service.Config{Name: name, User: *user, Arguments: append([]string{"run"}, runArgs...)})
+	writable, err := writablePaths(l.Settings)
 	if err != nil {
+		return err
+	}
+	m, err := service.New(service.Config{Name: name, User: *user, Arguments: append([]string{"run"}, runArgs...), WritablePaths: writable})
+	if err != nil {
+		return err
+	}
+	// The hardened system unit sees the file system read-only but for
+	// the data directory, which must exist before it starts.
+	if err := config.MkdirPrivate(l.Settings.DataDir); err != nil {
 		return err
 	}
 	if err := m.Install(); err != nil {
@@ -171,6 +180,26 @@ func serviceInstall(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "syncd: %s: %s\n", name, st)
 	return nil
+}
+
+// writablePaths are the paths the service writes: the data directory,
+// and the socket's directory when it is elsewhere.
+func writablePaths(rc config.Settings) ([]string, error) {
+	dir, err := filepath.Abs(rc.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	paths := []string{dir}
+	if rc.Socket != config.SocketOff && rc.Socket != "" {
+		sd, err := filepath.Abs(filepath.Dir(rc.Socket))
+		if err != nil {
+			return nil, err
+		}
+		if rel, err := filepath.Rel(dir, sd); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			paths = append(paths, sd)
+		}
+	}
+	return paths, nil
 }
 
 // systemTokenNote is what a system install on Linux or macOS says about

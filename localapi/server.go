@@ -135,8 +135,9 @@ type Config struct {
 	// EventSocketBuffer is the kernel send buffer of each subscriber's
 	// connection in bytes (default DefaultEventSocketBuffer).
 	EventSocketBuffer int
-	// EventFlushInterval is the least time between two writes to one
-	// event subscriber (default DefaultEventFlushInterval; negative:
+	// EventFlushInterval is the longest an event waits to be gathered
+	// with those that follow it, the cap of each subscriber's share of
+	// the write budget (default DefaultEventFlushInterval; negative:
 	// write every run of events at once).
 	EventFlushInterval time.Duration
 

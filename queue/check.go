@@ -110,6 +110,10 @@ func (s *Store) Check() error {
 		// Partitions: collect unfinished ops per partition in key order.
 		heads := map[string]*Operation{}
 		inPartition := map[uint64]bool{}
+		// chained: a sending op behind its head is a chain's follower
+		// (ClaimChains): every op ahead of it is sending under its owner.
+		chained := map[uint64]bool{}
+		sendingRun := map[string]string{} // partition → owner while all so far are sending
 		if err := tx.Bucket(bucketPartitions).ForEach(func(k, _ []byte) error {
 			seq := readU64(k[len(k)-8:])
 			op := ops[seq]
@@ -121,8 +125,16 @@ func (s *Store) Check() error {
 				bad("partition index key of op %s is wrong", op.ID)
 			}
 			inPartition[seq] = true
-			if _, ok := heads[op.PartitionKey()]; !ok {
-				heads[op.PartitionKey()] = op
+			pk := op.PartitionKey()
+			if _, ok := heads[pk]; !ok {
+				heads[pk] = op
+				if op.State == StateSending {
+					sendingRun[pk] = op.LeaseOwner
+				}
+			} else if owner, ok := sendingRun[pk]; ok && op.State == StateSending && op.LeaseOwner == owner {
+				chained[seq] = true
+			} else {
+				delete(sendingRun, pk)
 			}
 			return nil
 		}); err != nil {
@@ -200,8 +212,8 @@ func (s *Store) Check() error {
 		wantLease := map[string]bool{}
 		for _, op := range ops {
 			if op.State == StateSending {
-				if heads[op.PartitionKey()] != op {
-					bad("op %s is sending but is not its partition's head", op.ID)
+				if heads[op.PartitionKey()] != op && !chained[op.Seq] {
+					bad("op %s is sending but is not its partition's head nor behind it in its chain", op.ID)
 				}
 				wantLease[op.AccountID+"\x00"+string(timeSeqKey(op.LeaseExpiresAt, op.Seq))] = true
 			}

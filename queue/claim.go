@@ -74,6 +74,123 @@ func (s *Store) ClaimN(ctx context.Context, account, owner string, lease time.Du
 	return out, err
 }
 
+// ClaimChains is ClaimN that also takes, behind each claimed head, the
+// updates queued after it in its partition (its followers), for a
+// remote that applies a batch's chained items in order (the next one
+// only when the one before it was applied, made on the version it
+// produced). A chain is [head, followers...]; the operations of all
+// chains count against n and maxBytes as ClaimN's do, and at most
+// maxFollow followers join one head. Followers join only a head that is
+// an update of an entity the server already holds (a create's record
+// and so the follower's address are known only from its answer), and
+// are themselves updates that are pending (not waiting out a backoff)
+// and not held by an ordered group; the first operation that is not
+// ends the chain. The followers share the head's owner and lease; they
+// are sending like it, but are not heads: a worker records the chain's
+// outcomes in order (a follower's release before its predecessor's
+// outcome when that is not done), and the head's lease recovered after
+// expiry returns its followers to pending.
+func (s *Store) ClaimChains(ctx context.Context, account, owner string, lease time.Duration, n, maxBytes, maxFollow int) ([][]Operation, error) {
+	if lease <= 0 || n <= 0 {
+		return nil, fmt.Errorf("queue: claim: lease and n must be positive, got %v, %d", lease, n)
+	}
+	var out [][]Operation
+	err := s.update(ctx, func(tx *txw) error {
+		out = out[:0]
+		size, count := 0, 0
+		for count < n {
+			op, err := tx.nextReady(account)
+			if err != nil {
+				return err
+			}
+			if op == nil {
+				break
+			}
+			if count > 0 && size+len(op.Payload) > maxBytes {
+				break
+			}
+			if err := tx.claim(op, owner, lease); err != nil {
+				return err
+			}
+			size += len(op.Payload)
+			count++
+			chain := []Operation{*op}
+			if maxFollow > 0 && count < n && op.Type == OpUpdate {
+				fs, err := tx.claimFollowers(op, owner, lease, min(maxFollow, n-count), maxBytes-size)
+				if err != nil {
+					return err
+				}
+				for _, f := range fs {
+					size += len(f.Payload)
+					chain = append(chain, *f)
+				}
+				count += len(fs)
+			}
+			out = append(out, chain)
+		}
+		if len(out) == 0 {
+			return ErrNoReady
+		}
+		return nil
+	})
+	return out, err
+}
+
+// claimFollowers claims, behind head (just claimed), at most max updates
+// queued after it in its partition, within room bytes of payload (see
+// ClaimChains).
+func (tx *txw) claimFollowers(head *Operation, owner string, lease time.Duration, max, room int) ([]*Operation, error) {
+	e, err := tx.loadEntity(head.AccountID, head.EntityType, head.EntityID)
+	if err != nil || e == nil || e.ServerID == "" {
+		return nil, err
+	}
+	prefix := partitionPrefix(head.AccountID, head.EntityType, head.EntityID)
+	var seqs []uint64
+	c := tx.b(bucketPartitions).Cursor()
+	for k, _ := c.Seek(append(prefix, u64(head.Seq+1)...)); k != nil && len(seqs) < max; k, _ = c.Next() {
+		if len(k) != len(prefix)+8 || string(k[:len(prefix)]) != string(prefix) {
+			break
+		}
+		seqs = append(seqs, readU64(k[len(prefix):]))
+	}
+	var fs []*Operation
+	for _, seq := range seqs {
+		op, err := tx.loadOpBySeq(seq)
+		if err != nil {
+			return nil, err
+		}
+		if op.Type != OpUpdate || op.State != StatePending || op.After != "" || len(op.Payload) > room {
+			break
+		}
+		if err := tx.claim(op, owner, lease); err != nil {
+			return nil, err
+		}
+		room -= len(op.Payload)
+		fs = append(fs, op)
+	}
+	return fs, nil
+}
+
+// recoverFollowers returns to pending the operations sending behind op
+// in its partition: a chain's followers, whose head's lease expired.
+// Their sends may have gone out.
+func (tx *txw) recoverFollowers(op *Operation) error {
+	ops, err := tx.partitionOps(op.AccountID, op.EntityType, op.EntityID)
+	if err != nil {
+		return err
+	}
+	for _, f := range ops {
+		if f.Seq <= op.Seq || f.State != StateSending {
+			continue
+		}
+		f.MaybeApplied = true
+		if err := tx.release(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // nextReady finds the operation Claim would take, without changing it.
 func (tx *txw) nextReady(account string) (*Operation, error) {
 	if b, _ := tx.accountBucket(bucketReady, account, false); b != nil {
@@ -97,6 +214,11 @@ func (tx *txw) claim(op *Operation, owner string, lease time.Duration) error {
 	switch op.State {
 	case StateSending: // lease expired: recover it first
 		if err := tx.leaseDel(op); err != nil {
+			return err
+		}
+		// A chain's followers behind it go back to pending: they are
+		// sent after it again, chained or alone.
+		if err := tx.recoverFollowers(op); err != nil {
 			return err
 		}
 		op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
@@ -187,7 +309,9 @@ func (tx *txw) recoverSending() (int, error) {
 	return n, nil
 }
 
-// release returns a sending op to pending, ready at once.
+// release returns a sending op to pending, ready at once when it heads
+// its partition (a chain's follower is not ready before the operations
+// ahead of it are done).
 func (tx *txw) release(op *Operation) error {
 	if err := tx.leaseDel(op); err != nil {
 		return err
@@ -197,8 +321,14 @@ func (tx *txw) release(op *Operation) error {
 	}
 	op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
 	op.NextAttemptAt = tx.now
-	if err := tx.readyPut(op); err != nil {
+	head, err := tx.partitionHead(op.AccountID, op.EntityType, op.EntityID)
+	if err != nil {
 		return err
+	}
+	if head == nil || head.Seq == op.Seq {
+		if err := tx.readyPut(op); err != nil {
+			return err
+		}
 	}
 	return tx.saveOp(op)
 }

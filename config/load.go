@@ -100,9 +100,9 @@ func set(field any, text string, appendList bool) error {
 		}
 		*p = v
 	case *time.Duration:
-		v, err := time.ParseDuration(text)
+		v, err := ParseDuration(text)
 		if err != nil {
-			return fmt.Errorf("want a duration like 30s or 24h, got %q", text)
+			return err
 		}
 		*p = v
 	case *[]string:
@@ -390,8 +390,18 @@ func knownKeys() string {
 // returns flag.ErrHelp; a stray argument or a bad value is ErrInvalid.
 func Load(args []string, getenv func(string) string, output io.Writer) (Loaded, error) {
 	fs, f := NewFlagSet("run", output)
-	if err := fs.Parse(args); err != nil {
+	// A bad flag comes back as an error to print once, without the
+	// usage around it; -h prints the usage.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	if output != nil {
+		fs.SetOutput(output)
+	}
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usage()
 			return Loaded{}, err
 		}
 		return Loaded{}, fmt.Errorf("%w: %v", ErrInvalid, err)

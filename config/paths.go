@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 )
 
 // Scope says whose syncd this is: the machine's (a system service, data
@@ -84,4 +85,24 @@ func MkdirPrivate(dir string) error {
 		return fmt.Errorf("config: data directory: %w", err)
 	}
 	return nil
+}
+
+// RunningDir is the per-user directory where each running syncd leaves a
+// note of its data directory and addresses, so that the client commands
+// of the same user find it whatever --data-dir it was started with:
+// $XDG_RUNTIME_DIR/syncd when that is set (a tmpfs emptied at logout),
+// else the user's cache directory's syncd/running (~/.cache on Linux,
+// ~/Library/Caches on macOS, %LocalAppData% on Windows).
+func RunningDir(getenv func(string) string) (string, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if d := getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "syncd"), nil
+	}
+	base, err := cacheDir(getenv)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(base, "syncd", "running"), nil
 }

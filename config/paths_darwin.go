@@ -21,3 +21,12 @@ func defaultPaths(scope Scope, getenv func(string) string) (Paths, error) {
 	}
 	return Paths{DataDir: dir, ConfigFile: filepath.Join(dir, FileName)}, nil
 }
+
+// cacheDir is ~/Library/Caches.
+func cacheDir(getenv func(string) string) (string, error) {
+	h, err := home(getenv)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(h, "Library", "Caches"), nil
+}

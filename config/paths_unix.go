@@ -30,3 +30,15 @@ func defaultPaths(scope Scope, getenv func(string) string) (Paths, error) {
 	}
 	return Paths{}, fmt.Errorf("%w: unknown scope %v", ErrNoDefaultDir, scope)
 }
+
+// cacheDir is $XDG_CACHE_HOME, else ~/.cache.
+func cacheDir(getenv func(string) string) (string, error) {
+	if d := getenv("XDG_CACHE_HOME"); d != "" && filepath.IsAbs(d) {
+		return d, nil
+	}
+	h, err := home(getenv)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(h, ".cache"), nil
+}

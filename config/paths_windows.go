@@ -38,3 +38,11 @@ func defaultPaths(scope Scope, getenv func(string) string) (Paths, error) {
 // tighten does nothing on Windows: a directory under the user's
 // LocalAppData or ProgramData inherits that folder's ACL.
 func checkPrivate(string) error { return nil }
+
+// cacheDir is %LocalAppData%.
+func cacheDir(getenv func(string) string) (string, error) {
+	if d := getenv("LocalAppData"); d != "" {
+		return d, nil
+	}
+	return "", fmt.Errorf("%w: %%LocalAppData%% is not set", ErrNoDefaultDir)
+}

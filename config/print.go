@@ -10,7 +10,7 @@ import (
 )
 
 // WriteJSON writes s as the config file would hold it, keys in a fixed
-// order, durations as Go duration strings, with credentials redacted
+// order, durations as FormatDuration writes them ("7d", "30s"), with credentials redacted
 // (Redact): the output of --print-config, and a valid config file.
 // Settings hold no tokens; the API token stays in the data directory.
 func WriteJSON(w io.Writer, s Settings) error {
@@ -21,7 +21,7 @@ func WriteJSON(w io.Writer, s Settings) error {
 		var v any = st.field(&s)
 		switch p := v.(type) {
 		case *time.Duration:
-			v = p.String()
+			v = FormatDuration(*p)
 		case *[]string:
 			if *p == nil {
 				v = []string{}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,6 +18,14 @@ func cmdApps(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "usage: syncd "+usage)
 		return fmt.Errorf("%w: apps: no subcommand", errUsage)
+	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(stderr, "usage: syncd "+usage)
+		fmt.Fprintln(stderr, "\n'syncd apps <subcommand> --help' lists a subcommand's flags.")
+		return flag.ErrHelp
+	}
+	if !slices.Contains([]string{"add", "list", "remove"}, args[0]) {
+		return fmt.Errorf("%w: apps: unknown subcommand %q (want add, list or remove)", errUsage, args[0])
 	}
 	sub, args := args[0], args[1:]
 	var (

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 
 	"github.com/syncd/syncd/config"
@@ -33,6 +34,8 @@ type clientFlags struct {
 	dataDir    string
 	tokenFile  string
 	configFile string
+	// found is the running syncd discover chose, if it did.
+	found *runningNote
 }
 
 func (cf *clientFlags) register(fs *flag.FlagSet) {
@@ -63,6 +66,13 @@ func (cf *clientFlags) resolve(getenv func(string) string) error {
 	if addrGiven && (cf.dataDir != "" || cf.tokenFile != "") && cf.configFile == "" {
 		return nil // nothing left to look up
 	}
+	// Nothing says where the daemon is: the one this user runs is the
+	// one meant, whatever --data-dir it was started with.
+	if cf.dataDir == "" && cf.tokenFile == "" && getenv("SYNCD_DATA_DIR") == "" && cf.configFile == "" && getenv(config.EnvConfig) == "" {
+		if found, err := cf.discover(getenv, addrGiven, socketGiven); err != nil || found {
+			return err
+		}
+	}
 	l, err := config.ResolveFile(cf.configFile, config.DefaultScope(), func(name string) string {
 		if name == "SYNCD_DATA_DIR" {
 			switch {
@@ -87,6 +97,55 @@ func (cf *clientFlags) resolve(getenv func(string) string) error {
 		cf.socket = l.Settings.Socket
 	}
 	return nil
+}
+
+// discover looks for the syncd this user runs (config.RunningDir), the
+// one at the address or socket given if one was. One found: the flags
+// are set to it. Several: an error lists them.
+func (cf *clientFlags) discover(getenv func(string) string, addrGiven, socketGiven bool) (bool, error) {
+	notes, err := runningDaemons(context.Background(), getenv)
+	if err != nil {
+		return false, nil // no notes: the defaults it is
+	}
+	notes = slices.DeleteFunc(notes, func(n runningNote) bool {
+		return addrGiven && !sameAddr(n.Addr, cf.addr) || socketGiven && cf.socket != "" && n.Socket != cf.socket
+	})
+	switch len(notes) {
+	case 0:
+		return false, nil
+	case 1:
+	default:
+		return false, &exitError{code: exitUsage, err: errSeveralDaemons(notes)}
+	}
+	n := notes[0]
+	cf.dataDir = n.DataDir
+	cf.found = &n
+	if !addrGiven {
+		cf.addr = n.Addr
+	}
+	if !socketGiven && !addrGiven && isSocket(n.Socket) {
+		cf.socket = n.Socket
+	}
+	return true, nil
+}
+
+// sameAddr reports whether a and b reach the same local API: the same
+// port on loopback hosts, or the same address.
+func sameAddr(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	return err1 == nil && err2 == nil && pa == pb && isLoopback(ha) && isLoopback(hb)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" || host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
 }
 
 // isSocket reports whether path names a socket this process can see.
@@ -124,7 +183,7 @@ func (cf *clientFlags) client() (*client.Client, error) {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &exitError{code: exitUnreachable, err: fmt.Errorf("cannot read the API token (is syncd running with this --data-dir?): %w", err)}
+		return nil, &exitError{code: exitUnreachable, err: fmt.Errorf("cannot read the API token: %w (no syncd of yours answers: start one with `syncd run`, or name the --data-dir of one started as another user)", err)}
 	}
 	return client.New(client.Config{Addr: cf.addr, Socket: cf.socket, Token: string(trimSpace(b))})
 }
@@ -153,11 +212,11 @@ func parseClientFlags(name string, args []string, stderr io.Writer, usage string
 	}
 	var pos []string
 	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
+		if err := parseQuiet(fs, rest); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, nil, err
 			}
-			return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+			return nil, nil, fmt.Errorf("%w: %s: %v", errUsage, name, err)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -171,6 +230,12 @@ func parseClientFlags(name string, args []string, stderr io.Writer, usage string
 	}
 	if err := cf.resolve(os.Getenv); err != nil {
 		return nil, nil, err
+	}
+	if n := cf.found; n != nil {
+		// Say which, unless it is the one the defaults name anyway.
+		if p, err := config.DefaultPaths(config.DefaultScope(), os.Getenv); err != nil || filepath.Clean(p.DataDir) != filepath.Clean(n.DataDir) {
+			fmt.Fprintf(stderr, "syncd: talking to the syncd running on %s (%s)\n", n.DataDir, n.Addr)
+		}
 	}
 	return cf, pos, nil
 }

@@ -7,10 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/syncd/syncd/config"
 	"github.com/syncd/syncd/localapi/client"
 )
 
@@ -20,6 +22,14 @@ func cmdOps(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "usage: syncd "+usage)
 		return fmt.Errorf("%w: ops: no subcommand", errUsage)
+	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(stderr, "usage: syncd "+usage)
+		fmt.Fprintln(stderr, "\n'syncd ops <subcommand> --help' lists a subcommand's flags.")
+		return flag.ErrHelp
+	}
+	if !slices.Contains([]string{"list", "show", "retry", "discard"}, args[0]) {
+		return fmt.Errorf("%w: ops: unknown subcommand %q (want list, show, retry or discard)", errUsage, args[0])
 	}
 	sub, args := args[0], args[1:]
 	var (
@@ -72,7 +82,7 @@ func cmdOps(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				// Held by its ordered group: say for what.
 				state, why = "blocked", "waits for "+op.BlockedBy
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%s\t%d\t%s\t%s\t%s\n", op.ID, state, op.Type, op.EntityType, op.EntityID, cmp.Or(op.App, "-"), op.AttemptCount, time.Since(op.CreatedAt).Round(time.Second), cmp.Or(why, "-"), fieldsOf(op))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%s\t%d\t%s\t%s\t%s\n", op.ID, state, op.Type, op.EntityType, op.EntityID, cmp.Or(op.App, "-"), op.AttemptCount, config.FormatDuration(time.Since(op.CreatedAt).Round(time.Second)), cmp.Or(why, "-"), fieldsOf(op))
 		}
 		return tw.Flush()
 	case "show":

@@ -144,6 +144,9 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
+	if err := registerBuildMetrics(d.Registry()); err != nil {
+		logger.Warn("run: build and runtime metrics not served", "err", err)
+	}
 	// queue.totals carries the signed-in account's share too.
 	totals.SetAccount(d.Account)
 	// Not ctx itself: a signal must not cut sends short; stopDaemon
@@ -207,6 +210,19 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 		}
 	}
 	fmt.Fprintf(stdout, "syncd: API token in %s\n", tokenPath)
+	// A note for this user's client commands, which find this daemon by
+	// it whatever --data-dir it was given.
+	if abs, err := filepath.Abs(rc.DataDir); err == nil {
+		note := runningNote{PID: os.Getpid(), DataDir: abs, Addr: dialAddr(ln.Addr().String()), StartedAt: time.Now().UTC(), Version: buildVersion().Version, Remote: config.Redact(remoteURL)}
+		if len(lns) > 1 {
+			note.Socket = rc.Socket
+		}
+		removeNote, err := writeRunningNote(note, os.Getenv)
+		if err != nil {
+			logger.Info("run: no note for the client commands; they find this syncd with --data-dir only", "err", err)
+		}
+		defer removeNote()
+	}
 	if listening != nil {
 		listening(ln.Addr().String())
 	}

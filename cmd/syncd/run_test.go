@@ -50,7 +50,15 @@ type buildError struct {
 func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
 
 func TestMain(m *testing.M) {
+	// The daemons tests start leave their running notes here, not in
+	// this user's runtime directory (config.RunningDir).
+	runDir, err := os.MkdirTemp("", "syncd-running-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_RUNTIME_DIR", runDir)
 	code := m.Run()
+	os.RemoveAll(runDir)
 	if dir, ok := binDir.Load().(string); ok {
 		os.RemoveAll(dir)
 	}

@@ -8,10 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/syncd/syncd/config"
 	"github.com/syncd/syncd/remote"
 )
 
@@ -158,18 +158,14 @@ func loopbackAddr(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// parseRetention parses a duration that may also be given in days ("7d").
+// parseRetention parses a positive duration, in days too ("7d").
 func parseRetention(s string) (time.Duration, error) {
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(days)
-		if err != nil || n <= 0 {
-			return 0, fmt.Errorf("invalid duration %q", s)
-		}
-		return time.Duration(n) * 24 * time.Hour, nil
+	d, err := config.ParseDuration(s)
+	if err != nil {
+		return 0, err
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("invalid duration %q", s)
+	if d <= 0 {
+		return 0, fmt.Errorf("want a duration above 0, got %q", s)
 	}
 	return d, nil
 }

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/syncd/syncd/config"
 	"github.com/syncd/syncd/localapi/client"
 )
 
@@ -84,7 +85,7 @@ func printStatus(w io.Writer, st client.Status, failed []client.Operation) {
 	fmt.Fprintf(tw, "queue:\t%s\n", strings.Join(line, ", "))
 	oldest := "none"
 	if age > 0 {
-		oldest = (time.Duration(age * float64(time.Second))).Round(time.Second).String()
+		oldest = config.FormatDuration((time.Duration(age * float64(time.Second))).Round(time.Second))
 	}
 	fmt.Fprintf(tw, "oldest unsent:\t%s\n", oldest)
 	if others := unfinished(st.Counts) - unfinished(counts); others > 0 {

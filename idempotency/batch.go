@@ -42,6 +42,16 @@ type BatchConfig struct {
 	// WriteError writes an error answer of the batch itself (default
 	// WriteError).
 	WriteError func(w http.ResponseWriter, r *http.Request, status int, code, message string)
+	// Chain, when set, lets an operation name an earlier one of its
+	// batch ("after": its index) and be run only after it was applied:
+	// the batch handler runs it only when that one answered 2xx and
+	// Chain, given that operation, its answer and this operation, says
+	// yes (it may rewrite op, before the gate fingerprints it); otherwise
+	// it answers 424 dependency_failed without running it, and nothing
+	// is stored for its key. Capabilities then advertise "chains": true.
+	// ChainVersions is the rule of syncd's remote protocol. Nil: "after"
+	// is refused (400), and nothing is advertised.
+	Chain func(prev BatchOperation, prevResult BatchResult, op *BatchOperation) bool
 }
 
 // BatchOperation is one operation of a batch request.
@@ -50,6 +60,9 @@ type BatchOperation struct {
 	Method         string          `json:"method"`
 	Path           string          `json:"path"`
 	Body           json.RawMessage `json:"body,omitempty"`
+	// After, when set, is the index of an earlier operation of the
+	// batch that must be applied before this one runs (BatchConfig.Chain).
+	After *int `json:"after,omitempty"`
 }
 
 // BatchResult is the answer to one operation of a batch.
@@ -62,10 +75,115 @@ type BatchResult struct {
 	RetryAfter int `json:"retryAfter,omitempty"`
 }
 
-// Capabilities returns the batch part of GET /v1/capabilities.
-func (c BatchConfig) Capabilities() map[string]int64 {
+// Capabilities returns the batch part of GET /v1/capabilities:
+// maxOperations, maxBytes, and chains when Chain is set.
+func (c BatchConfig) Capabilities() map[string]any {
 	c = c.withDefaults()
-	return map[string]int64{"maxOperations": int64(c.MaxOperations), "maxBytes": c.MaxBytes}
+	caps := map[string]any{"maxOperations": int64(c.MaxOperations), "maxBytes": c.MaxBytes}
+	if c.Chain != nil {
+		caps["chains"] = true
+	}
+	return caps
+}
+
+// ChainVersions is BatchConfig.Chain for syncd's remote protocol: an
+// update (PATCH) chained after another update of the same record is
+// made on the version that one produced. It runs when the earlier
+// answer holds exactly the data that was sent (the server applied it
+// as it was, merging nothing of other writers into it), and its body's
+// baseVersion is then set to that answer's version; the request is the
+// same, byte for byte in its fingerprint, as the one a client sends
+// alone once it has the earlier answer, so a resend either way replays.
+// An earlier answer that merged other changes in is not what the chained
+// update was made on: it is not run (424), and goes alone, as made.
+func ChainVersions(prev BatchOperation, prevResult BatchResult, op *BatchOperation) bool {
+	if op.Method != http.MethodPatch || prev.Method != http.MethodPatch {
+		return false
+	}
+	var sent struct {
+		Data json.RawMessage `json:"data"`
+	}
+	var got struct {
+		Data    json.RawMessage `json:"data"`
+		Version json.Number     `json:"version"`
+	}
+	if json.Unmarshal(prev.Body, &sent) != nil || json.Unmarshal(prevResult.Body, &got) != nil {
+		return false
+	}
+	v, err := got.Version.Int64()
+	if err != nil || v <= 0 || len(sent.Data) == 0 {
+		return false
+	}
+	if a, ok := canonicalJSON(sent.Data); !ok {
+		return false
+	} else if b, ok := canonicalJSON(got.Data); !ok || a != b {
+		return false
+	}
+	body, ok := parseJSON(op.Body)
+	obj, isObj := body.(map[string]any)
+	if !ok || !isObj {
+		return false
+	}
+	obj["baseVersion"] = json.Number(strconv.FormatInt(v, 10))
+	b, err := encodeJSON(obj)
+	if err != nil {
+		return false
+	}
+	op.Body = b
+	return true
+}
+
+// encodeJSON encodes v as the fingerprint does: no HTML escaping, no
+// trailing newline, object keys sorted, numbers as written.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// canonicalJSON is raw in encodeJSON's form; ok is false when raw is not
+// one JSON value.
+func canonicalJSON(raw []byte) (string, bool) {
+	v, ok := parseJSON(raw)
+	if !ok {
+		return "", false
+	}
+	b, err := encodeJSON(v)
+	return string(b), err == nil
+}
+
+// runnable reports whether operation i of a batch may run, after the
+// operation it names in After (see BatchConfig.Chain); if not, the
+// result it answers instead.
+func runnable(cfg BatchConfig, ops []BatchOperation, results []BatchResult, i int) (BatchResult, bool) {
+	after := ops[i].After
+	if after == nil {
+		return BatchResult{}, true
+	}
+	fail := func(status int, code, msg string) (BatchResult, bool) {
+		b, _ := json.Marshal(map[string]map[string]string{"error": {"code": code, "message": msg}})
+		return BatchResult{Status: status, Body: b}, false
+	}
+	if cfg.Chain == nil {
+		return fail(http.StatusBadRequest, CodeBadRequest, "this server does not chain operations: leave out after")
+	}
+	j := *after
+	if j < 0 || j >= i {
+		return fail(http.StatusBadRequest, CodeBadRequest, "after must be the index of an earlier operation of the batch")
+	}
+	if st := results[j].Status; st < 200 || st > 299 {
+		return fail(http.StatusFailedDependency, CodeDependencyFailed,
+			fmt.Sprintf("operation %d, which this one follows, was not applied (%d): nothing was done; send this one again once it is", j, st))
+	}
+	if !cfg.Chain(ops[j], results[j], &ops[i]) {
+		return fail(http.StatusFailedDependency, CodeDependencyFailed,
+			fmt.Sprintf("operation %d, which this one follows, was not applied as sent: nothing was done; send this one on its own", j))
+	}
+	return BatchResult{}, true
 }
 
 func (c BatchConfig) withDefaults() BatchConfig {
@@ -138,8 +256,12 @@ func BatchHandler(cfg BatchConfig) http.Handler {
 		if gs, ok := cfg.Store.(GroupStore); ok {
 			(&batchRun{cfg: cfg, outer: r, ops: req.Operations, results: results}).grouped(gs, 0, len(results))
 		} else {
-			for i, op := range req.Operations {
-				results[i] = serveOne(cfg, r, op, nil)
+			for i := range req.Operations {
+				if res, ok := runnable(cfg, req.Operations, results, i); !ok {
+					results[i] = res
+					continue
+				}
+				results[i] = serveOne(cfg, r, req.Operations[i], nil)
 			}
 		}
 		b, err := json.Marshal(struct {
@@ -285,6 +407,10 @@ func (b *batchRun) groupOnce(gs GroupStore, lo, hi int) int {
 	defer run.end(ctx, false) // a panicking handler: roll back, free the keys
 	var executed []int
 	for i := lo; i < hi; i++ {
+		if res, ok := runnable(b.cfg, b.ops, b.results, i); !ok {
+			b.results[i] = res
+			continue
+		}
 		item := &batchItem{run: run}
 		res := serveOne(b.cfg, b.outer, b.ops[i], item)
 		switch {

@@ -71,4 +71,9 @@ const (
 	// 500: the handler's answer is over Config.MaxResponseBytes; it was
 	// rolled back, so nothing was done.
 	CodeResponseTooLarge = "response_too_large"
+	// 424: a batch operation chained after an earlier one (its "after")
+	// was not run: that one was not applied, or not as sent
+	// (BatchConfig.Chain). Nothing was done or stored for its key: send
+	// it again once the earlier one is settled.
+	CodeDependencyFailed = "dependency_failed"
 )

@@ -399,7 +399,7 @@ func (s *Server) routesWith(wrap func(http.Handler) http.Handler, itemByItem boo
 	// the gate on its own; with the store, the operations commit
 	// together. (The literal routes make "batch", "changes" and
 	// "capabilities" names no entity type can take here.)
-	batch := idempotency.BatchConfig{Handler: api, WriteError: writeError, Store: s.idem}
+	batch := idempotency.BatchConfig{Handler: api, WriteError: writeError, Store: s.idem, Chain: idempotency.ChainVersions}
 	if itemByItem {
 		batch.Store = nil
 	}

@@ -39,9 +39,17 @@
 //     jitter), at once (Config.InFlightWait lets a duplicate in the
 //     same process wait and replay instead);
 //   - a store failure while completing or committing, after the handler
-//     ran (a connection lost during COMMIT): 503 outcome_unknown with
-//     Retry-After, since the request may or may not have taken effect;
-//     a retry with the same key replays or runs it.
+//     ran, that leaves the outcome unknown (a connection lost during
+//     COMMIT): 503 outcome_unknown with Retry-After, since the request
+//     may or may not have taken effect; a retry with the same key
+//     replays or runs it. A failure the database answered (it rolled the
+//     transaction back) is 500 internal: nothing was done;
+//   - a handler one of whose statements failed, which on PostgreSQL
+//     aborts the transaction (the natural "insert, catch the unique
+//     violation, answer 409"): a final refusal (a 4xx Config.Stored
+//     keeps) is stored and replayed without the handler's writes, since
+//     the gate rolls back to the savepoint it took after the reservation
+//     (SavepointTx); a success answer is 500 internal, nothing was done.
 //
 // Errors are {"error":{"code":"...","message":"..."}} (Config.WriteError
 // may write another shape). A handler's answer is final for its key, and
@@ -53,7 +61,11 @@
 // the client gets 500 response_too_large.
 //
 // Gate.Do gives code that is not an HTTP handler (a queue consumer, a
-// gRPC method) the same guarantee on the same stores.
+// gRPC method) the same guarantee on the same stores. BatchHandler serves
+// many operations in one request, each through the gate on its own; with
+// a GroupStore (boltstore, pgstore) in BatchConfig.Store they commit
+// together, in one group transaction (one fsync, one COMMIT), each keeping
+// its own record, answer and rollback.
 //
 // # One transaction
 //
@@ -63,10 +75,12 @@
 // request context: boltstore.TxFromContext gives the *bolt.Tx,
 // pgstore.TxFromContext a pgx.Tx, sqlstore.TxFromContext a DBTX for
 // database/sql code. It must write through it and must not commit or roll
-// it back. A crash anywhere before the commit leaves nothing: no domain
-// write and no record, in particular no record stuck in processing. On
-// PostgreSQL a server that hangs instead of crashing is cut off after its
-// lease (pgstore.Config.Lease). A processing record that is committed
+// it back. On PostgreSQL the handler runs after a savepoint the gate
+// holds (pgstore sends it with the reservation, at no extra round trip;
+// sqlstore in one more). A crash anywhere before the commit leaves
+// nothing: no domain write and no record, in particular no record stuck
+// in processing. On PostgreSQL a server that hangs instead of crashing
+// is cut off after its lease (pgstore.Config.Lease). A processing record that is committed
 // anyway (a handler that commits the transaction itself) holds its key
 // only for Config.ProcessingLease. Side effects outside the transaction
 // (mail, calls to other services) are not covered: give them their own

@@ -13,9 +13,14 @@
 // Commit and Rollback.
 //
 // Any PostgreSQL driver for database/sql works (pgx's stdlib, lib/pq).
-// database/sql cannot pipeline, so a gated request costs two round trips
-// more than with pgstore: setting the transaction's limits and the
-// completion go on their own.
+// database/sql cannot pipeline, so a gated request costs more round
+// trips than with pgstore: BEGIN, the transaction's limits, the
+// reservation, its transaction id, the gate's savepoint (the handler runs
+// after it, so that a final refusal after a failed statement is still
+// stored), the completion's check, the completion and COMMIT each go on
+// their own, eight against pgstore's two. It does not group a batch's
+// operations into one transaction (idempotency.GroupStore): each commits
+// on its own.
 package sqlstore
 
 import (

@@ -29,6 +29,7 @@ type batchOp struct {
 	Method         string          `json:"method"`
 	Path           string          `json:"path"`
 	Body           json.RawMessage `json:"body,omitempty"`
+	After          *int            `json:"after,omitempty"` // Request.Chained: the index of the op before it
 }
 
 type batchResult struct {
@@ -53,12 +54,22 @@ func (c *Client) SendBatch(ctx context.Context, rs []Request) ([]Outcome, error)
 		trs   []typeRoutes
 		token string
 	)
+	sentPrev := false // the request before this one is in the batch
 	for i, r := range rs {
+		if r.Chained && (!sentPrev || r.Op != OpUpdate) {
+			// What it follows is not sent: neither is it.
+			outs[i] = Outcome{Decision: Retry, Code: CodeDependencyFailed,
+				Message: "not sent: the request it follows is not in the batch"}
+			sentPrev = false
+			continue
+		}
 		hr, tr, stop := c.build(r)
 		if stop != nil {
 			outs[i] = *stop
+			sentPrev = false
 			continue
 		}
+		sentPrev = true
 		if token == "" {
 			token = r.Token
 		} else if r.Token != token {
@@ -70,7 +81,12 @@ func (c *Client) SendBatch(ctx context.Context, rs []Request) ([]Outcome, error)
 			body, _ = io.ReadAll(rc)
 		}
 		path := strings.TrimPrefix(hr.URL.String(), c.baseURL)
-		ops = append(ops, batchOp{IdempotencyKey: r.OperationID, Method: hr.Method, Path: c.basePath() + path, Body: body})
+		op := batchOp{IdempotencyKey: r.OperationID, Method: hr.Method, Path: c.basePath() + path, Body: body}
+		if r.Chained {
+			after := len(ops) - 1
+			op.After = &after
+		}
+		ops = append(ops, op)
 		idx = append(idx, i)
 		trs = append(trs, tr)
 	}

@@ -77,3 +77,54 @@ func TestSendBatch(t *testing.T) {
 		t.Fatal("a batch with two accounts' tokens was sent")
 	}
 }
+
+// TestSendBatchChained: a chained update names the item before it
+// ("after"), and is not sent when that one is not in the batch (not
+// built, or itself not sent); the remote's 424 for it is
+// CodeDependencyFailed, a retry with nothing done; a 424 to a request
+// that was not chained is an ordinary refusal.
+func TestSendBatchChained(t *testing.T) {
+	t.Parallel()
+	answer := `{"results":[
+		{"status":200,"body":{"id":"s","version":2}},
+		{"status":424,"body":{"error":{"code":"dependency_failed","message":"no"}}},
+		{"status":424,"body":{"error":{"code":"dependency_failed","message":"no"}}}]}`
+	rm := newRemote(t, reply(200, answer))
+	c := newClient(t, rm, Config{})
+	up := func(id string, chained bool) Request {
+		return Request{OperationID: id, Op: OpUpdate, EntityType: "note", EntityID: "n", ServerID: "s", BaseVersion: 1,
+			Data: json.RawMessage(`{}`), Token: "alice.1", Chained: chained}
+	}
+	bad := up("bad\n", false)
+	rs := []Request{up("k1", false), up("k2", true), bad, up("k3", true), up("k4", true), up("k5", false)}
+	outs, err := c.SendBatch(context.Background(), rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		d    Decision
+		code string
+	}{{Done, ""}, {Retry, CodeDependencyFailed}, {Permanent, CodeInvalidRequest}, {Retry, CodeDependencyFailed}, {Retry, CodeDependencyFailed}, {NeedsUserAction, CodeRejected}}
+	for i, w := range want {
+		if outs[i].Decision != w.d || outs[i].Code != w.code {
+			t.Errorf("item %d: %v/%q, want %v/%q (%s)", i, outs[i].Decision, outs[i].Code, w.d, w.code, outs[i].Message)
+		}
+	}
+	if outs[3].Sends != 0 || outs[4].Sends != 0 {
+		t.Errorf("the unsent chained requests count sends: %d, %d", outs[3].Sends, outs[4].Sends)
+	}
+	var body struct {
+		Operations []struct {
+			IdempotencyKey string `json:"idempotencyKey"`
+			After          *int   `json:"after"`
+		} `json:"operations"`
+	}
+	seen := rm.requests()
+	if err := json.Unmarshal(seen[0].Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if len(body.Operations) != 3 || body.Operations[0].After != nil || body.Operations[1].After == nil || *body.Operations[1].After != 0 ||
+		body.Operations[2].IdempotencyKey != "k5" || body.Operations[2].After != nil {
+		t.Fatalf("sent %s", seen[0].Body)
+	}
+}

@@ -48,6 +48,10 @@ type Capabilities struct {
 type BatchCapability struct {
 	MaxOperations int
 	MaxBytes      int64
+	// Chains says the remote runs a batch's chained updates
+	// (Request.Chained) in order, each made on the version the one
+	// before it produced.
+	Chains bool
 }
 
 // Capabilities reads GET {BaseURL}/v1/capabilities with the account's
@@ -120,6 +124,7 @@ func ParseCapabilities(body []byte) (Capabilities, error) {
 			var b struct {
 				MaxOperations json.RawMessage `json:"maxOperations"`
 				MaxBytes      json.RawMessage `json:"maxBytes"`
+				Chains        json.RawMessage `json:"chains"`
 			}
 			if !bytes.HasPrefix(bytes.TrimSpace(rawBatch), []byte("{")) || json.Unmarshal(rawBatch, &b) != nil {
 				return caps, fmt.Errorf(`"batch" is %.40s, not an object`, rawBatch)
@@ -132,7 +137,9 @@ func ParseCapabilities(body []byte) (Capabilities, error) {
 			if err != nil {
 				return caps, fmt.Errorf(`"batch.maxBytes": %v`, err)
 			}
-			caps.Batch = &BatchCapability{MaxOperations: int(min(ops, math.MaxInt32)), MaxBytes: size}
+			caps.Batch = &BatchCapability{MaxOperations: int(min(ops, math.MaxInt32)), MaxBytes: size,
+				// Anything but true (absent, false, a string) is no chains.
+				Chains: string(bytes.TrimSpace(b.Chains)) == "true"}
 		}
 	}
 	return caps, nil

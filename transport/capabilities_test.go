@@ -42,10 +42,12 @@ func TestCapabilities(t *testing.T) {
 		changes bool
 	}{
 		{"changes only", reply(200, `{"changes":true}`), nil, nil, true},
-		{"batch only", reply(200, `{"batch":{"maxOperations":1e2,"maxBytes":8388608.0}}`), nil, &BatchCapability{100, 8 << 20}, false},
+		{"batch only", reply(200, `{"batch":{"maxOperations":1e2,"maxBytes":8388608.0}}`), nil, &BatchCapability{100, 8 << 20, false}, false},
+		{"chains", reply(200, `{"batch":{"maxOperations":3,"maxBytes":99,"chains":true}}`), nil, &BatchCapability{3, 99, true}, false},
+		{"chains not true", reply(200, `{"batch":{"maxOperations":3,"maxBytes":99,"chains":"yes"}}`), nil, &BatchCapability{3, 99, false}, false},
 		{"batch null, changes false", reply(200, `{"batch":null,"changes":false}`), nil, nil, false},
 		{"batch false", reply(200, `{"batch":false,"changes":null}`), nil, nil, false},
-		{"huge limits", reply(200, `{"batch":{"maxOperations":99999999999,"maxBytes":99999999999}}`), nil, &BatchCapability{1<<31 - 1, 99999999999}, false},
+		{"huge limits", reply(200, `{"batch":{"maxOperations":99999999999,"maxBytes":99999999999}}`), nil, &BatchCapability{1<<31 - 1, 99999999999, false}, false},
 
 		{"404", reply(404, `{"error":{"code":"not_found","message":"no"}}`), ErrNoCapabilities, nil, false},
 		{"405", reply(405, ``), ErrNoCapabilities, nil, false},
@@ -112,7 +114,7 @@ func TestCapabilitiesOfReferenceServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := BatchCapability{idempotency.DefaultBatchMaxOperations, idempotency.DefaultBatchMaxBytes}
+	want := BatchCapability{idempotency.DefaultBatchMaxOperations, idempotency.DefaultBatchMaxBytes, true}
 	if !got.Changes || got.Batch == nil || *got.Batch != want {
 		t.Fatalf("capabilities %+v (batch %+v), want changes and %+v", got, got.Batch, want)
 	}

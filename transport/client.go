@@ -334,6 +334,9 @@ func (c *Client) classify(r Request, tr typeRoutes, resp *http.Response, body []
 		// deleted and swept (404): the same conflict either way, since
 		// the server once had it under this id.
 		o.Decision, o.Code, o.Current = Conflict, CodeDeletedOnServer, &Current{Deleted: true}
+	case st == http.StatusFailedDependency && o.ServerCode == CodeDependencyFailed && r.Chained:
+		// Not run: what it follows was not applied as sent.
+		o.Decision, o.Code = Retry, CodeDependencyFailed
 	case st == http.StatusRequestTimeout:
 		o.Decision, o.Code = Retry, CodeRequestTimeout
 	case st == http.StatusTooManyRequests:

@@ -75,7 +75,11 @@ const (
 	CodeUnavailable    = "unavailable"     // 503
 	CodeServerError    = "server_error"    // other 5xx
 	CodeInFlight       = "in_flight"       // 409: the same key is still being processed
-	CodeTLS            = "tls"             // the TLS handshake failed: an untrusted or mismatched certificate, or an https URL for a plain-HTTP server; nothing was sent
+	// CodeDependencyFailed: a chained request (Request.Chained) was not
+	// run because the one before it was not applied as sent (the
+	// remote's 424), or was not sent: nothing of it was done.
+	CodeDependencyFailed = "dependency_failed"
+	CodeTLS              = "tls" // the TLS handshake failed: an untrusted or mismatched certificate, or an https URL for a plain-HTTP server; nothing was sent
 
 	// RefreshSession.
 	CodeUnauthorized = "unauthorized"  // 401

@@ -73,6 +73,16 @@ type Request struct {
 	// Token is the bearer token of the operation's account, taken from
 	// the current session, never from the payload.
 	Token string
+
+	// Chained makes an update follow the request before it in the same
+	// SendBatch, for a remote that advertises chains
+	// (BatchCapability.Chains): the remote runs it only once that one
+	// was applied as sent, made on the version it produced (its
+	// baseVersion is replaced by that version), and otherwise answers
+	// 424, CodeDependencyFailed, without running it. A chained request
+	// whose predecessor is not sent in the batch is not sent either.
+	// Send ignores it.
+	Chained bool
 }
 
 // createBody and updateBody are the request bodies of DESIGN.md's remote

@@ -96,7 +96,33 @@ func (cf *clientFlags) resolve(getenv func(string) string) error {
 	if !socketGiven && !addrGiven && isSocket(l.Settings.Socket) {
 		cf.socket = l.Settings.Socket
 	}
+	if !socketGiven && !addrGiven {
+		cf.addressOf(getenv)
+	}
 	return nil
+}
+
+// addressOf takes the address and socket of the syncd running on the
+// data directory named, from its note: it may listen elsewhere than
+// the config says (--listen 127.0.0.1:0).
+func (cf *clientFlags) addressOf(getenv func(string) string) {
+	dir, err := filepath.Abs(cf.dataDir)
+	if err != nil {
+		return
+	}
+	runDir, err := config.RunningDir(getenv)
+	if err != nil {
+		return
+	}
+	n, err := readNote(filepath.Join(runDir, noteFile(dir)))
+	if err != nil || filepath.Clean(n.DataDir) != dir || !answers(context.Background(), n) {
+		return
+	}
+	cf.addr = n.Addr
+	cf.socket = ""
+	if isSocket(n.Socket) {
+		cf.socket = n.Socket
+	}
 }
 
 // discover looks for the syncd this user runs (config.RunningDir), the

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -67,8 +66,7 @@ func cmdService(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("%w: service: unknown action %q", errUsage, action)
 	}
 
-	fs := flag.NewFlagSet("service "+action, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("service "+action, "service "+action+" [--user] [--service-name NAME]", stderr)
 	user := fs.Bool("user", false, "a per-user service instead of a system service")
 	name := fs.String("service-name", cmp.Or(os.Getenv("SYNCD_SERVICE_NAME"), config.DefaultServiceName), "name of the service (env SYNCD_SERVICE_NAME)")
 	if err := parseFlags(fs, args, "service "+action); err != nil {

@@ -377,6 +377,7 @@ type commitReq struct {
 	fn         func(*txw) error
 	done       chan error // buffered 1: whoever answers never blocks
 	deferrable bool       // may wait DeferWait for company
+	alone      bool       // commits in a transaction of its own (sweepCtx)
 	answered   bool
 	// refused holds the error of a write that failed before writing; it
 	// is answered once the transaction has ended, so no caller runs
@@ -407,7 +408,7 @@ func (s *Store) update(ctx context.Context, fn func(*txw) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	req := &commitReq{fn: fn, done: make(chan error, 1), deferrable: isDeferrable(ctx)}
+	req := &commitReq{fn: fn, done: make(chan error, 1), deferrable: isDeferrable(ctx), alone: isAlone(ctx)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -454,6 +455,13 @@ func (s *Store) lead() {
 	s.mu.Lock()
 	batch := s.take(nil)
 	s.mu.Unlock()
+	if batch[0].alone {
+		// Upkeep (the sweep) commits by itself, at once: no app write
+		// waits inside its transaction, and none waits for its company.
+		s.commit(batch)
+		s.passLead()
+		return
+	}
 	if len(batch) < s.expect {
 		batch = s.gather(batch, s.cfg.BatchWait, func(b []*commitReq) bool { return len(b) < s.expect })
 	}
@@ -466,7 +474,11 @@ func (s *Store) lead() {
 		})
 	}
 	s.commit(batch)
+	s.passLead()
+}
 
+// passLead hands the lead to the oldest queued writer, or gives it up.
+func (s *Store) passLead() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.pending) == 0 {
@@ -498,9 +510,23 @@ func (s *Store) gather(batch []*commitReq, wait time.Duration, more func([]*comm
 	return batch
 }
 
-// take moves up to MaxBatch queued writes into batch. s.mu is held.
+// take moves up to MaxBatch queued writes into batch, stopping at one
+// that commits alone, which only an empty batch takes, by itself. s.mu is
+// held.
 func (s *Store) take(batch []*commitReq) []*commitReq {
-	n := min(len(s.pending), s.cfg.MaxBatch-len(batch))
+	if len(batch) > 0 && batch[0].alone {
+		return batch
+	}
+	n := 0
+	for n < len(s.pending) && len(batch)+n < s.cfg.MaxBatch {
+		if s.pending[n].alone {
+			if len(batch)+n == 0 {
+				n = 1
+			}
+			break
+		}
+		n++
+	}
 	batch = append(batch, s.pending[:n]...)
 	s.pending = append(s.pending[:0:0], s.pending[n:]...)
 	return batch
@@ -710,6 +736,19 @@ func (w *txw) event(e Event) error {
 	}
 	w.events = append(w.events, e)
 	return nil
+}
+
+type aloneKey struct{}
+
+// sweepCtx returns a context whose writes commit in transactions of
+// their own: the sweep's, so that no app write waits inside one.
+func sweepCtx(ctx context.Context) context.Context {
+	return context.WithValue(ctx, aloneKey{}, true)
+}
+
+func isAlone(ctx context.Context) bool {
+	v, _ := ctx.Value(aloneKey{}).(bool)
+	return v
 }
 
 type deferrableKey struct{}

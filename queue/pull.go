@@ -268,10 +268,11 @@ func (tx *txw) applyChange(account string, c *Change, fullPass, force bool, res 
 	// that the server holds a version this device does not.
 	missing := ""
 	if !c.Deleted {
-		// Stored data is canonical JSON, as an app's write makes it.
+		// Stored data is canonical JSON, as an app's write makes it
+		// (written in one walk: pullcanon.go).
 		data, err := []byte(nil), error(nil)
 		if len(c.Data) <= tx.s.cfg.MaxDataBytes {
-			data, err = canonicalJSON(c.Data)
+			data, err = canonicalPulled(c.Data)
 			if err != nil {
 				res.Skipped++
 				return nil

@@ -57,18 +57,33 @@ type BatchSender interface {
 type collectorKey struct{}
 
 // collector gathers the requests of one claimed batch and sends them as
-// one.
+// one. A batch is made of units: an operation alone, or a chain (a
+// head and the updates claimed behind it, queue.Store.ClaimChains),
+// whose requests go together, the followers chained after the head.
 type collector struct {
 	d       *Daemon
 	hard    context.Context
 	sess    sessionSnap
 	lim     batchLimits
 	mu      sync.Mutex
-	n       int // operations in the batch
+	n       int // units in the batch
 	left    int // those that stopped without sending
+	sent    int // those that sent
 	reqs    []transport.Request
 	waiters []chan batchAnswer
 	sentIDs map[string]bool // operations that reached their send
+
+	// followers are the claimed followers of a chain's head, by the
+	// head's id; chains, once the head sent, what became of them.
+	followers map[string][]claimed
+	chains    map[string]*chainSend
+}
+
+// chainSend is what became of a chain's followers: their outcomes, in
+// order; a follower with none (nil) was not sent (stopped by its own
+// guard, or the one before it was not sent).
+type chainSend struct {
+	outs []*transport.Outcome
 }
 
 type batchAnswer struct {
@@ -76,17 +91,25 @@ type batchAnswer struct {
 	single bool // no batch route: send alone
 }
 
-// send is the batch's Send for one operation: it waits for the others and
-// returns this one's outcome.
-func (c *collector) send(r transport.Request) (transport.Outcome, bool) {
-	ch := make(chan batchAnswer, 1)
+// send is the batch's Send for one unit (an operation, or a chain's
+// head and followers): it waits for the others and returns each
+// request's answer.
+func (c *collector) send(rs []transport.Request) []batchAnswer {
+	chs := make([]chan batchAnswer, len(rs))
 	c.mu.Lock()
-	c.reqs = append(c.reqs, r)
-	c.waiters = append(c.waiters, ch)
+	for i, r := range rs {
+		chs[i] = make(chan batchAnswer, 1)
+		c.reqs = append(c.reqs, r)
+		c.waiters = append(c.waiters, chs[i])
+	}
+	c.sent++
 	c.maybeFire()
 	c.mu.Unlock()
-	a := <-ch
-	return a.o, a.single
+	as := make([]batchAnswer, len(rs))
+	for i, ch := range chs {
+		as[i] = <-ch
+	}
+	return as
 }
 
 // leave records that one operation stopped before sending.
@@ -100,7 +123,7 @@ func (c *collector) leave() {
 // maybeFire sends the batch once every operation has sent or left, with
 // c.mu held (the send itself runs on its own goroutine).
 func (c *collector) maybeFire() {
-	if len(c.reqs)+c.left != c.n || len(c.reqs) == 0 {
+	if c.sent+c.left != c.n || len(c.reqs) == 0 {
 		return
 	}
 	reqs, waiters := c.reqs, c.waiters
@@ -109,9 +132,12 @@ func (c *collector) maybeFire() {
 }
 
 func (c *collector) fire(reqs []transport.Request, waiters []chan batchAnswer) {
-	groups, alone := c.d.splitBatch(reqs, c.lim)
+	groups, alone, cut := c.d.splitBatch(reqs, c.lim)
 	for _, i := range alone {
 		waiters[i] <- batchAnswer{single: true}
+	}
+	for _, i := range cut {
+		waiters[i] <- batchAnswer{o: notChained()}
 	}
 	var wg sync.WaitGroup
 	for _, g := range groups {
@@ -155,9 +181,11 @@ func (c *collector) fireOne(reqs []transport.Request, waiters []chan batchAnswer
 
 // splitBatch splits reqs, in order, into batches of at most lim.ops
 // requests and lim.wire bytes of body (as the transport sizes them), and
-// returns the indexes of each batch and of the requests to send alone:
-// one too big for any batch, or left alone by the split.
-func (d *Daemon) splitBatch(reqs []transport.Request, lim batchLimits) (groups [][]int, alone []int) {
+// returns the indexes of each batch, of the requests to send alone (one
+// too big for any batch, or left alone by the split) and of the chained
+// requests cut from the request they follow (not in its batch right
+// behind it), which are not sent.
+func (d *Daemon) splitBatch(reqs []transport.Request, lim batchLimits) (groups [][]int, alone, cut []int) {
 	sizer, _ := d.batcher.(BatchSizer)
 	var (
 		cur  []int
@@ -178,16 +206,29 @@ func (d *Daemon) splitBatch(reqs []transport.Request, lim batchLimits) (groups [
 		b := 0
 		if sizer != nil && lim.wire > 0 {
 			b = sizer.BatchItemBytes(r)
-			if transport.BatchEnvelopeBytes+b > lim.wire {
+		}
+		follows := len(cur) > 0 && cur[len(cur)-1] == i-1
+		if r.Chained && !follows {
+			cut = append(cut, i)
+			continue
+		}
+		if lim.wire > 0 && transport.BatchEnvelopeBytes+b > lim.wire {
+			if r.Chained {
+				cut = append(cut, i)
+			} else {
 				alone = append(alone, i)
-				continue
 			}
+			continue
 		}
 		sep := 0
 		if len(cur) > 0 {
 			sep = 1
 		}
 		if len(cur) == lim.ops || (lim.wire > 0 && size+sep+b > lim.wire) {
+			if r.Chained {
+				cut = append(cut, i) // what it follows ends this batch
+				continue
+			}
 			flush()
 			sep = 0
 		}
@@ -195,7 +236,7 @@ func (d *Daemon) splitBatch(reqs []transport.Request, lim batchLimits) (groups [
 		size += sep + b
 	}
 	flush()
-	return groups, alone
+	return groups, alone, cut
 }
 
 // noBatch records that the remote has no batch route although it
@@ -219,6 +260,7 @@ type batchLimits struct {
 	ops     int // operations
 	payload int // bytes of the operations' payload, for the claim
 	wire    int // bytes of request body (the remote's maxBytes); 0: no bound
+	chains  bool // the remote runs chained updates: claim a head's followers with it
 }
 
 // batchFor reports whether the next claim should take a batch, and how
@@ -242,6 +284,7 @@ func (d *Daemon) batchFor(ctx context.Context) (batchLimits, bool) {
 		ops:     min(d.batchSize, caps.Batch.MaxOperations),
 		payload: int(min(int64(d.batchBytes), caps.Batch.MaxBytes)),
 		wire:    int(min(caps.Batch.MaxBytes, int64(maxInt))),
+		chains:  caps.Batch.Chains,
 	}
 	batch := !off && lim.ops > 1
 	lim.ops = min(lim.ops, d.windowLocked())
@@ -294,22 +337,146 @@ func (d *Daemon) batchAnswered(outs []transport.Outcome) {
 
 const maxInt = int(^uint(0) >> 1)
 
+// notChained is the outcome of a chained request that was not sent: the
+// one it follows was not in its batch.
+func notChained() transport.Outcome {
+	return transport.Outcome{Decision: transport.Retry, Code: transport.CodeDependencyFailed,
+		Message: "not sent: the request it follows was not in the batch"}
+}
+
 // sendOne sends an operation's request: through its batch's collector
-// when it was claimed in a batch, else alone.
+// when it was claimed in a batch, else alone. A chain's head sends its
+// followers with it; when its own answer is not done, they are released
+// before it returns, so before the head's outcome is recorded (a
+// follower is never sending behind a head that is not).
 func (d *Daemon) sendOne(ctx context.Context, id string, r transport.Request) transport.Outcome {
 	if coll, ok := ctx.Value(collectorKey{}).(*collector); ok {
 		coll.mu.Lock()
-		coll.sent(id)
+		coll.markSent(id)
+		fs := coll.followers[id]
 		coll.mu.Unlock()
-		if o, single := coll.send(r); !single {
-			return o
+		rs := []transport.Request{r}
+		var built []int // the followers sent, by index in fs
+		for i, f := range fs {
+			fr, ok := d.followerRequest(f, r.Token)
+			if !ok {
+				break // it and the rest wait for the head
+			}
+			rs = append(rs, fr)
+			built = append(built, i)
+		}
+		as := coll.send(rs)
+		if len(fs) > 0 {
+			cs := &chainSend{outs: make([]*transport.Outcome, len(fs))}
+			for j, i := range built {
+				if !as[j+1].single {
+					o := as[j+1].o
+					cs.outs[i] = &o
+				}
+			}
+			coll.mu.Lock()
+			coll.chains[id] = cs
+			coll.mu.Unlock()
+			if as[0].single || as[0].o.Decision != transport.Done {
+				d.releaseFollowers(fs, cs, 0)
+			}
+		}
+		if !as[0].single {
+			return as[0].o
 		}
 	}
 	return d.sender.Send(ctx, r)
 }
 
-// sent marks id as one that reached its send (so its end is not a leave).
-func (c *collector) sent(id string) {
+// followerRequest builds the request of a chain's follower, after the
+// guards a single send passes (the session, the age guard), chained
+// after the request before it. ok is false when it is not to be sent.
+func (d *Daemon) followerRequest(f claimed, token string) (transport.Request, bool) {
+	op := f.op
+	if d.hooks.afterClaim != nil {
+		d.hooks.afterClaim(op)
+	}
+	if op.AccountID != f.sess.account || !d.current(f.sess) {
+		return transport.Request{}, false
+	}
+	if op.MaybeApplied && d.now().Sub(ageStart(op)) > d.maxAge {
+		return transport.Request{}, false // it fails by its age once it heads its partition
+	}
+	r, err := d.request(op, token)
+	if err != nil {
+		return transport.Request{}, false
+	}
+	r.Chained = true
+	return r, true
+}
+
+// releaseFollowers returns a chain's followers from index from on to
+// pending, the last first: one that was not run (not sent, or the
+// remote's 424) unsent; one that may have been (the whole batch got no
+// answer) maybe applied; one the remote applied, too (its outcome waits
+// for the head's, which is not recorded: sent again, it replays).
+func (d *Daemon) releaseFollowers(fs []claimed, cs *chainSend, from int) {
+	for i := len(fs) - 1; i >= from; i-- {
+		o := cs.outs[i]
+		switch {
+		case o == nil || o.Code == transport.CodeDependencyFailed:
+			d.releaseUnsent(fs[i], "the operation it follows was not applied")
+		case o.Decision == transport.Done:
+			d.release(fs[i], "the operation it follows is not recorded", true)
+		default:
+			d.release(fs[i], "the operation it follows was not applied", maybeApplied(*o))
+		}
+	}
+}
+
+// recordFollowers records the outcomes of the followers of head, once
+// head's own outcome is recorded, in order: each only once the one
+// before it is done; before one that is not done, the rest are
+// released.
+func (d *Daemon) recordFollowers(coll *collector, head claimed) {
+	coll.mu.Lock()
+	fs, cs := coll.followers[head.op.ID], coll.chains[head.op.ID]
+	coll.mu.Unlock()
+	if len(fs) == 0 {
+		return
+	}
+	if cs == nil {
+		// The head never sent: its followers did not either.
+		d.releaseFollowers(fs, &chainSend{outs: make([]*transport.Outcome, len(fs))}, 0)
+		return
+	}
+	prev := head.op.ID
+	for i, f := range fs {
+		if op, err := d.store.GetOperation(prev); err != nil || op.State != queue.StateDone {
+			// The one before it is not recorded done (its outcome is
+			// not done, or its write failed and is kept): it and the
+			// rest wait.
+			d.releaseFollowers(fs, cs, i)
+			return
+		}
+		o := cs.outs[i]
+		if o == nil || o.Code == transport.CodeDependencyFailed {
+			d.releaseFollowers(fs, cs, i)
+			return
+		}
+		if o.Decision != transport.Done {
+			d.releaseFollowers(fs, cs, i+1)
+		}
+		if d.hooks.afterResponse != nil {
+			d.hooks.afterResponse(f.op, *o)
+		}
+		d.contact(*o)
+		d.record(f, *o, false, false)
+		if o.Decision != transport.Done {
+			return
+		}
+		prev = f.op.ID
+	}
+}
+
+// markSent marks id as one that reached its send (so its end is not a
+// leave).
+func (c *collector) markSent(id string) {
 	if c.sentIDs == nil {
 		c.sentIDs = make(map[string]bool)
 	}
@@ -317,9 +484,11 @@ func (c *collector) sent(id string) {
 }
 
 // claimBatch takes up to lim.ops ready operations (lim.payload bytes of
-// payload) of the current session's account. ok is false when there is none, signed out or
-// paused, or while a misconfigured remote is rechecked (one at a time).
-func (d *Daemon) claimBatch(ctx context.Context, lim batchLimits) (cs []claimed, ok bool, err error) {
+// payload) of the current session's account, in chains (a head, and
+// with lim.chains the updates queued behind it). ok is false when there
+// is none, signed out or paused, or while a misconfigured remote is
+// rechecked (one at a time).
+func (d *Daemon) claimBatch(ctx context.Context, lim batchLimits) (cs [][]claimed, ok bool, err error) {
 	sess, ok := d.snapshot()
 	if !ok {
 		return nil, false, nil
@@ -342,36 +511,63 @@ func (d *Daemon) claimBatch(ctx context.Context, lim batchLimits) (cs []claimed,
 			}
 			return nil, false, err
 		}
-		return []claimed{{op: op, owner: owner, sess: sess, trial: true}}, true, nil
+		return [][]claimed{{{op: op, owner: owner, sess: sess, trial: true}}}, true, nil
 	}
-	ops, err := d.store.ClaimN(ctx, sess.account, owner, d.lease, lim.ops, lim.payload)
+	follow := 0
+	if lim.chains {
+		follow = lim.ops - 1
+	}
+	chains, err := d.store.ClaimChains(ctx, sess.account, owner, d.lease, lim.ops, lim.payload, follow)
 	if errors.Is(err, queue.ErrNoReady) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	for _, op := range ops {
-		cs = append(cs, claimed{op: op, owner: owner, sess: sess})
+	for _, chain := range chains {
+		var c []claimed
+		for _, op := range chain {
+			c = append(c, claimed{op: op, owner: owner, sess: sess})
+		}
+		cs = append(cs, c)
 	}
 	return cs, true, nil
 }
 
-// processBatch processes a claimed batch: one goroutine per operation,
-// one request for those that reach their send.
-func (d *Daemon) processBatch(hard context.Context, cs []claimed, lim batchLimits) {
-	coll := &collector{d: d, hard: hard, sess: cs[0].sess, lim: lim, n: len(cs)}
+// batchOps counts the operations of claimed chains.
+func batchOps(cs [][]claimed) int {
+	n := 0
+	for _, c := range cs {
+		n += len(c)
+	}
+	return n
+}
+
+// processBatch processes a claimed batch: one goroutine per chain (an
+// operation alone is a chain of one), one request for those that reach
+// their send. A chain's goroutine records its head's outcome, then its
+// followers' in order (recordFollowers).
+func (d *Daemon) processBatch(hard context.Context, cs [][]claimed, lim batchLimits) {
+	coll := &collector{d: d, hard: hard, sess: cs[0][0].sess, lim: lim, n: len(cs),
+		followers: map[string][]claimed{}, chains: map[string]*chainSend{}}
+	for _, c := range cs {
+		if len(c) > 1 {
+			coll.followers[c[0].op.ID] = c[1:]
+		}
+	}
 	ctx := context.WithValue(hard, collectorKey{}, coll)
 	var wg sync.WaitGroup
 	for _, c := range cs {
 		wg.Go(func() {
-			d.processOne(ctx, c, false)
+			head := c[0]
+			d.processOne(ctx, head, false)
 			coll.mu.Lock()
-			reached := coll.sentIDs[c.op.ID]
+			reached := coll.sentIDs[head.op.ID]
 			coll.mu.Unlock()
 			if !reached {
 				coll.leave()
 			}
+			d.recordFollowers(coll, head)
 		})
 	}
 	wg.Wait()

@@ -137,16 +137,20 @@ func (d *Daemon) worker(hard context.Context) {
 			err error
 		)
 		if lim, batch := d.batchFor(hard); batch {
-			var cs []claimed
+			var cs [][]claimed
 			cs, ok, err = d.claimBatch(hard, lim)
-			if ok && len(cs) > 1 {
+			if ok && batchOps(cs) > 1 {
 				if failures > 0 {
 					failures = 0
 					d.storeFail.ok()
 				}
 				if d.stopping() {
-					for _, c := range cs {
-						d.releaseUnsent(c, "stopping")
+					// Followers first: none is left sending behind a
+					// head that is not.
+					for _, chain := range cs {
+						for i := len(chain) - 1; i >= 0; i-- {
+							d.releaseUnsent(chain[i], "stopping")
+						}
 					}
 					return
 				}
@@ -154,7 +158,7 @@ func (d *Daemon) worker(hard context.Context) {
 				continue
 			}
 			if ok {
-				c = cs[0]
+				c = cs[0][0]
 			}
 		} else {
 			c, ok, err = d.claim(hard)

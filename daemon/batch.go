@@ -257,9 +257,9 @@ func (d *Daemon) noBatch() {
 
 // batchLimits bound one batch.
 type batchLimits struct {
-	ops     int // operations
-	payload int // bytes of the operations' payload, for the claim
-	wire    int // bytes of request body (the remote's maxBytes); 0: no bound
+	ops     int  // operations
+	payload int  // bytes of the operations' payload, for the claim
+	wire    int  // bytes of request body (the remote's maxBytes); 0: no bound
 	chains  bool // the remote runs chained updates: claim a head's followers with it
 }
 

@@ -39,6 +39,9 @@ const (
 	// childBatchEnv sets the child daemon's Config.Batch (default off).
 	childBatchEnv = "SYNCD_CHILD_BATCH"
 	childSoakEnv  = "SYNCD_CHILD_SOAK" // writers,entities
+	// childPostgresEnv puts the child remote on PostgreSQL (a DSN)
+	// instead of a bbolt file in the child's directory.
+	childPostgresEnv = "SYNCD_CHILD_POSTGRES"
 )
 
 // out serialises the child's report lines.
@@ -87,6 +90,9 @@ func runChild() bool {
 // childRemote serves the reference server on loopback until killed.
 func childRemote() error {
 	cfg := remote.Config{DataDir: os.Getenv(childDirEnv), DevTokens: true}
+	if dsn := os.Getenv(childPostgresEnv); dsn != "" {
+		cfg.DataDir, cfg.PostgresDSN = "", dsn
+	}
 	if os.Getenv(childFailpointEnv) == "kill-after-reserve" {
 		cfg.TestHookAfterReserve = func(context.Context) {
 			say("failpoint kill-after-reserve")

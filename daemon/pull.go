@@ -82,6 +82,9 @@ type pullState struct {
 	state   string
 	lastErr string
 	kick    chan struct{} // buffered 1: read now (sign-in, remote back)
+	// oneAtATime turns fetch-ahead off (set before Start): each page is
+	// read after the one before it is applied. For tests and benchmarks.
+	oneAtATime bool
 }
 
 func (p *pullState) set(state, lastErr string) {
@@ -129,6 +132,12 @@ func (d *Daemon) runPuller(soft context.Context) {
 	wait := time.Duration(0) // the long poll of the next read
 	limit := d.pullLimit     // halved while pages come back too big
 	noFeedLogged := false
+	// The next page, read while one is applied: taken by the next turn
+	// if it asks for exactly that page at once, else dropped before any
+	// wait (a read never outlives the turn after it).
+	var ahead *pageAhead
+	dropAhead := func() { ahead.stop(); ahead = nil }
+	defer dropAhead()
 	// A kick from before the start (the stored session's sign-in) is
 	// not news.
 	select {
@@ -141,6 +150,7 @@ func (d *Daemon) runPuller(soft context.Context) {
 		}
 		s, ok := d.snapshot()
 		if !ok {
+			dropAhead()
 			d.setPullState(PullStatePaused, "")
 			wait = 0
 			if !d.pullSleep(soft, 0) {
@@ -151,6 +161,7 @@ func (d *Daemon) runPuller(soft context.Context) {
 		if !d.pullAdvertised(soft, s) {
 			// Pull auto, and the remote's capabilities say it has no
 			// feed: nothing is read until they say otherwise.
+			dropAhead()
 			d.setPullState(PullStateOff, "")
 			if !d.pullSleep(soft, d.capsWait()) {
 				return
@@ -159,6 +170,7 @@ func (d *Daemon) runPuller(soft context.Context) {
 		}
 		st, err := d.store.LoadPullState(s.account)
 		if err != nil {
+			dropAhead()
 			d.logger.Error("daemon: pull: reading the pull state failed", "err", err)
 			if !d.pullBackoff(soft, &failures, err) {
 				return
@@ -167,6 +179,7 @@ func (d *Daemon) runPuller(soft context.Context) {
 		}
 		if st.Cursor == "" && !st.FullPass && !st.Bootstrapped {
 			if err := d.store.BeginFullPass(context.Background(), s.account); err != nil {
+				dropAhead()
 				d.logger.Error("daemon: pull: beginning the first read failed", "err", err)
 				if !d.pullBackoff(soft, &failures, err) {
 					return
@@ -187,13 +200,17 @@ func (d *Daemon) runPuller(soft context.Context) {
 		case <-d.pull.kick:
 		default:
 		}
-		ctx, cancel := context.WithCancel(soft)
-		unhook := context.AfterFunc(s.ctx, cancel) // the session ended: drop the read
-		began := time.Now()
-		page, err := d.puller.Changes(ctx, s.token, st.Cursor, limit, wait)
-		elapsed := time.Since(began)
-		unhook()
-		cancel()
+		var r pageRead
+		if ahead != nil && ahead.s == s && ahead.cursor == st.Cursor && ahead.limit == limit && wait == 0 {
+			// Read while the page before it was applied: its answer is
+			// taken as a read made now would be.
+			r = ahead.result()
+			ahead = nil
+		} else {
+			dropAhead()
+			r = d.readPage(soft, s, st.Cursor, limit, wait)
+		}
+		page, err, elapsed := r.page, r.err, r.elapsed
 		if soft.Err() == nil && s.ctx.Err() == nil {
 			d.pullContact(err)
 		}
@@ -263,6 +280,14 @@ func (d *Daemon) runPuller(soft context.Context) {
 			continue
 		}
 		noFeedLogged = false
+		if page.HasMore && page.Cursor != "" && !d.pull.oneAtATime {
+			// Fetch ahead: the next page is read while this one is
+			// applied. Its cursor is saved only with its own page, and
+			// the read is dropped unless the next turn asks for exactly
+			// it (a failed apply, a 410 restart or another session drop
+			// it).
+			ahead = d.readAhead(soft, s, page.Cursor, limit)
+		}
 		changes := make([]queue.Change, len(page.Changes))
 		for i, c := range page.Changes {
 			changes[i] = queue.Change{EntityType: c.Type, EntityID: c.ClientID, ServerID: c.ID, Version: c.Version,
@@ -281,9 +306,11 @@ func (d *Daemon) runPuller(soft context.Context) {
 			return err
 		})
 		if errors.Is(err, errStalePage) || errors.Is(err, ErrNoSession) {
+			dropAhead()
 			continue
 		}
 		if err != nil {
+			dropAhead()
 			d.logger.Error("daemon: pull: applying a page failed", "err", err)
 			if !d.pullBackoff(soft, &failures, err) {
 				return
@@ -313,6 +340,64 @@ func (d *Daemon) runPuller(soft context.Context) {
 		}
 		wait = d.pullWait
 	}
+}
+
+// pageRead is the answer to one read of the feed.
+type pageRead struct {
+	page    transport.ChangesPage
+	err     error
+	elapsed time.Duration
+}
+
+// readPage reads one page of the feed for s; a sign-out or account
+// switch during the read drops it (its error is then the context's).
+func (d *Daemon) readPage(soft context.Context, s sessionSnap, cursor string, limit int, wait time.Duration) pageRead {
+	ctx, cancel := context.WithCancel(soft)
+	defer cancel()
+	unhook := context.AfterFunc(s.ctx, cancel) // the session ended: drop the read
+	defer unhook()
+	began := time.Now()
+	page, err := d.puller.Changes(ctx, s.token, cursor, limit, wait)
+	return pageRead{page: page, err: err, elapsed: time.Since(began)}
+}
+
+// pageAhead is a read of the feed under way in its own goroutine, owned
+// by the puller: it either takes the answer (result) or drops the read
+// (stop), and never leaves the goroutine behind.
+type pageAhead struct {
+	s      sessionSnap
+	cursor string
+	limit  int
+	cancel context.CancelFunc
+	done   chan struct{}
+	r      pageRead
+}
+
+// readAhead starts reading the page after cursor for s (no long poll).
+func (d *Daemon) readAhead(soft context.Context, s sessionSnap, cursor string, limit int) *pageAhead {
+	ctx, cancel := context.WithCancel(soft)
+	a := &pageAhead{s: s, cursor: cursor, limit: limit, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		a.r = d.readPage(ctx, s, cursor, limit, 0)
+	}()
+	return a
+}
+
+// result waits for the read and returns its answer.
+func (a *pageAhead) result() pageRead {
+	<-a.done
+	a.cancel()
+	return a.r
+}
+
+// stop drops the read and waits for its goroutine; nil is a no-op.
+func (a *pageAhead) stop() {
+	if a == nil {
+		return
+	}
+	a.cancel()
+	<-a.done
 }
 
 // pullFailing reports whether the puller waits after a failed read.

@@ -81,6 +81,9 @@ type PageResult struct {
 	Removed int
 }
 
+// seenMark is the value of a full pass's marks.
+var seenMark = []byte{1}
+
 // Event data of entity events a pull makes: {"origin":"remote"}.
 var originRemote = json.RawMessage(`{"origin":"remote"}`)
 
@@ -218,8 +221,14 @@ func (s *Store) ApplyChanges(ctx context.Context, account string, after string, 
 			}
 			st.FullPass, st.Seen = true, 0
 		}
+		var seen *bolt.Bucket // looked up once a page, not once a change
+		if st.FullPass {
+			if seen, err = tx.seenBucket(account, true); err != nil {
+				return err
+			}
+		}
 		for i := range changes {
-			if err := tx.applyChange(account, &changes[i], st.FullPass, false, &res); err != nil {
+			if err := tx.applyChangeIn(account, &changes[i], seen, false, &res); err != nil {
 				return err
 			}
 		}
@@ -252,6 +261,19 @@ var ErrPullCursorMoved = errors.New("queue: pull cursor moved")
 // record a refresh read (taken unless older than what the entity knows:
 // the same version as known replaces local data the server may not hold).
 func (tx *txw) applyChange(account string, c *Change, fullPass, force bool, res *PageResult) error {
+	var seen *bolt.Bucket
+	if fullPass {
+		var err error
+		if seen, err = tx.seenBucket(account, true); err != nil {
+			return err
+		}
+	}
+	return tx.applyChangeIn(account, c, seen, force, res)
+}
+
+// applyChangeIn is applyChange with the full pass's seen bucket (nil
+// outside a full pass).
+func (tx *txw) applyChangeIn(account string, c *Change, seen *bolt.Bucket, force bool, res *PageResult) error {
 	// What an app could not write, a pull does not store either: a bad
 	// type or id, data that is not one object, or JSON that readers take
 	// in different ways.
@@ -285,19 +307,20 @@ func (tx *txw) applyChange(account string, c *Change, fullPass, force bool, res 
 		}
 		c.Data = data
 	}
-	if fullPass {
-		seen, err := tx.seenBucket(account, true)
-		if err != nil {
-			return err
-		}
+	k := entityKey(account, c.EntityType, c.EntityID) // bbolt copies the keys it keeps
+	if seen != nil {
 		// Not an empty value: bbolt's Get answers nil for one.
-		if err := tx.put(seen, entityKey(account, c.EntityType, c.EntityID), []byte{1}); err != nil {
+		if err := tx.put(seen, k, seenMark); err != nil {
 			return err
 		}
 	}
-	e, err := tx.loadEntity(account, c.EntityType, c.EntityID)
-	if err != nil {
-		return err
+	ents := tx.b(bucketEntities)
+	var e *Entity
+	if v := ents.Get(k); v != nil {
+		var err error
+		if e, _, err = decodeEntityRow(k, v, false); err != nil {
+			return err
+		}
 	}
 	if e == nil {
 		if c.Deleted {
@@ -312,7 +335,9 @@ func (tx *txw) applyChange(account string, c *Change, fullPass, force bool, res 
 			e.Server = &ServerState{Version: c.Version, Missing: missing}
 			e.SyncState, e.SyncCode, e.SyncError = SyncStale, missing, staleError(e.Server)
 		}
-		if err := tx.saveEntity(e); err != nil {
+		// A new row (saveEntity would look for the old one again): no
+		// operation has its data as payload.
+		if err := tx.put(ents, k, encodeEntity(e, nil)); err != nil {
 			return err
 		}
 		res.Applied++

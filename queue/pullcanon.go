@@ -16,7 +16,7 @@ import (
 // differently) goes through canonicalJSON, so the result is always
 // canonicalJSON's (FuzzCanonicalPulled).
 func canonicalPulled(data []byte) ([]byte, error) {
-	c := canonWriter{in: data, out: make([]byte, 0, len(data))}
+	c := canonWriter{in: data, out: make([]byte, 0, len(data)), members: make([]canonMember, 0, 8)}
 	if c.value(0) {
 		c.space()
 		if c.i == len(c.in) {

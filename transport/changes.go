@@ -71,7 +71,10 @@ func (c *Client) Changes(ctx context.Context, token, cursor string, limit int, w
 	if err != nil {
 		return page, err
 	}
-	code, msg := errorBody(body)
+	code, msg := "", ""
+	if status != http.StatusOK {
+		code, msg = errorBody(body)
+	}
 	switch {
 	case status == http.StatusOK:
 	case status == http.StatusNotFound && code != "cursor_expired":
@@ -89,7 +92,24 @@ func (c *Client) Changes(ctx context.Context, token, cursor string, limit int, w
 	// A 200 that is not a changes page (no "changes" array or no
 	// "cursor": a catch-all route, a list of records of a type named
 	// "changes") is no feed: taking it as an empty one would end a full
-	// pass and remove every synced entity.
+	// pass and remove every synced entity. A page is decoded once; a
+	// body that does not decode is looked at again below to tell which.
+	var wire struct {
+		ChangesPage
+		Cursor *string `json:"cursor"` // shadows the page's: absent is not ""
+	}
+	if err := json.Unmarshal(body, &wire); err == nil {
+		// "changes": [] decodes to an empty slice, absent or null to nil.
+		if wire.Changes == nil || wire.Cursor == nil {
+			return page, fmt.Errorf("%w: GET %s answered 200 with something else than a changes page", ErrNoFeed, ChangesPath)
+		}
+		page = wire.ChangesPage
+		page.Cursor = *wire.Cursor
+		if err := checkChanges(page); err != nil {
+			return ChangesPage{}, err
+		}
+		return page, nil
+	}
 	var shape struct {
 		Changes json.RawMessage `json:"changes"`
 		Cursor  *string         `json:"cursor"`
@@ -100,10 +120,19 @@ func (c *Client) Changes(ctx context.Context, token, cursor string, limit int, w
 	if err := json.Unmarshal(body, &page); err != nil {
 		return page, fmt.Errorf("transport: changes: %w: %v", ErrInvalidResponse, err)
 	}
-	for i, c := range page.Changes {
-		if c.Type == "" || c.ClientID == "" || c.Version <= 0 {
-			return ChangesPage{}, fmt.Errorf("transport: changes: change %d lacks its type, clientId or version: %w", i, ErrInvalidResponse)
-		}
+	if err := checkChanges(page); err != nil {
+		return ChangesPage{}, err
 	}
 	return page, nil
+}
+
+// checkChanges refuses a page with a change that lacks what the store
+// keys it by.
+func checkChanges(page ChangesPage) error {
+	for i, c := range page.Changes {
+		if c.Type == "" || c.ClientID == "" || c.Version <= 0 {
+			return fmt.Errorf("transport: changes: change %d lacks its type, clientId or version: %w", i, ErrInvalidResponse)
+		}
+	}
+	return nil
 }

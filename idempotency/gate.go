@@ -445,9 +445,14 @@ func (g *Gate) execute(ctx context.Context, actor, key, op, fp string, exec func
 	// A finished key is answered from one read of the committed record,
 	// without the in-flight slot, a store transaction or a lock: however
 	// many resends arrive together, on however many replicas, each gets
-	// the stored answer.
-	if o, ans, ok := g.lookup(ctx, log, actor, key, fp); ok {
-		return o, ans, nil
+	// the stored answer. Not in a group: the read would need a second
+	// connection while the group holds one, and with as many batches as
+	// the pool has connections each would wait for another's; the
+	// member's reservation reads the record instead.
+	if item == nil {
+		if o, ans, ok := g.lookup(ctx, log, actor, key, fp); ok {
+			return o, ans, nil
+		}
 	}
 
 	// Requests with the same (actor, key) in this process meet here, so

@@ -422,6 +422,16 @@ func (tx *txw) deleteOverDeclined(e *Entity, del, head *Operation) (Result, erro
 	if err := tx.supersede(del); err != nil {
 		return Result{}, err
 	}
+	if e.ServerID == "" && e.Server != nil && e.Server.ID != "" && !e.Server.Deleted {
+		// The create was refused for a record the server holds live
+		// under the entity's id (its conflict showed it; a write that
+		// resolves the conflict took it already, one in an ordered batch
+		// does not): the delete goes to that record, made on the version
+		// the conflict showed, or the server would keep it live while
+		// this device has the entity gone.
+		e.ServerID, e.ServerVersion = e.Server.ID, e.Server.Version
+		e.Server, e.Unbased = nil, false
+	}
 	if head.Type != OpCreate || e.ServerID != "" {
 		if err := tx.saveEntity(e); err != nil {
 			return Result{}, err

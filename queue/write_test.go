@@ -814,6 +814,45 @@ func TestDeleteOverDeclined(t *testing.T) {
 		mustCheck(t, s)
 	})
 
+	// A create refused as a conflict with the record the server holds
+	// under its id (a re-created id that another device brought back),
+	// then deleted in an ordered batch (no resolution of the conflict):
+	// the server holds the entity live, so the delete goes to that record,
+	// made on the version the conflict showed, instead of being done at
+	// once with the server's record left live (found by the convergence
+	// checker: the record stayed on the server and missing on the device).
+	t.Run("create refused for a live record", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, Config{NoSync: true})
+		x := create(t, s, "x", `{}`)
+		c := create(t, s, "n1", `{"v":1}`)
+		for _, want := range []string{x.Operation.ID, c.Operation.ID} {
+			op, err := s.Claim(ctx, "acct", "w", time.Minute)
+			if err != nil || op.ID != want {
+				t.Fatalf("claim: %s, %v; want %s", op.ID, err, want)
+			}
+			if op.ID == x.Operation.ID {
+				continue // x stays sending: what the delete is ordered after is not done
+			}
+			if err := s.Conflict(ctx, op.ID, "w", "version_conflict", "taken", ServerState{ID: "srv-1", Version: 6, Data: json.RawMessage(`{"v":9}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := mustApply(t, s, Write{Op: OpDelete, EntityID: "n1", After: x.Operation.ID})
+		if d.Operation.State == StateDone {
+			t.Fatal("the delete was done at once while the server holds the record live")
+		}
+		gone(t, s, c.Operation.ID)
+		e, err := s.EntityRow("acct", "note", "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.ServerID != "srv-1" || e.ServerVersion != 6 || !e.Deleted {
+			t.Fatalf("entity: server id %q version %d deleted %v; want srv-1, 6, deleted", e.ServerID, e.ServerVersion, e.Deleted)
+		}
+		mustCheck(t, s)
+	})
+
 	t.Run("declined update", func(t *testing.T) {
 		t.Parallel()
 		s, _ := setup(t, Config{NoSync: true})

@@ -42,7 +42,8 @@ import (
 // -short it seeds 2,000 records. Each round bootstraps twice, with
 // fetch-ahead and without it (one_at_a_time_changes/s; speedup is the
 // ratio). SYNCD_BENCH_CPUPROFILE=file writes a CPU
-// profile of the bootstraps alone.
+// profile of the bootstraps alone; SYNCD_BENCH_PULL_LIMIT=n asks for
+// pages of n records instead of DefaultPullLimit.
 func BenchmarkBootstrap(b *testing.B) {
 	stores := []struct {
 		name string
@@ -134,6 +135,11 @@ func bootstrapOnce(b *testing.B, url string, n int, oneAtATime bool) (wall, cpu 
 		b.Fatal(err)
 	}
 	d.pull.oneAtATime = oneAtATime
+	if v := os.Getenv("SYNCD_BENCH_PULL_LIMIT"); v != "" {
+		if d.pullLimit, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
 	ctx := context.Background()
 	if err := d.SetSession(ctx, "alice", "alice.1"); err != nil {
 		b.Fatal(err)

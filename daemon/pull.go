@@ -15,7 +15,8 @@ import (
 // for the signed-in account, under the same session guard as the sends
 // (never another account's token; a refused token pauses it with the
 // sends). It reads the feed page by page, applies each page in one
-// transaction with its cursor (queue.Store.ApplyChanges), and when it is
+// transaction with its cursor (queue.Store.ApplyChanges), reading the
+// next page meanwhile (one page ahead, see pageAhead), and when it is
 // up to date keeps a long poll open, so another device's write arrives
 // as soon as the server commits it. Failures back off with jitter; a
 // sign-in and the remote coming back wake it at once.

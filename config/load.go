@@ -225,7 +225,7 @@ func defaultText(field any) string {
 		}
 	case *time.Duration:
 		if *p != 0 {
-			return p.String()
+			return FormatDuration(*p)
 		}
 	}
 	return ""

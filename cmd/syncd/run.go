@@ -209,7 +209,6 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 			fmt.Fprintf(stdout, "syncd: listening on unix:%s\n", rc.Socket)
 		}
 	}
-	fmt.Fprintf(stdout, "syncd: API token in %s\n", tokenPath)
 	// A note for this user's client commands, which find this daemon by
 	// it whatever --data-dir it was given.
 	if abs, err := filepath.Abs(rc.DataDir); err == nil {
@@ -223,6 +222,9 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 		}
 		defer removeNote()
 	}
+	// The last line of the start: the note is written before it, so a
+	// client command run once it is printed finds this syncd.
+	fmt.Fprintf(stdout, "syncd: API token in %s\n", tokenPath)
 	if listening != nil {
 		listening(ln.Addr().String())
 	}

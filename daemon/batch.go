@@ -158,6 +158,7 @@ func (c *collector) fireOne(reqs []transport.Request, waiters []chan batchAnswer
 	unhook := context.AfterFunc(c.sess.ctx, cancel)
 	defer unhook()
 	d.inSend.Add(int64(len(reqs)))
+	d.metrics.batchOps.Observe(float64(len(reqs)))
 	outs, err := d.batcher.SendBatch(ctx, reqs)
 	d.inSend.Add(-int64(len(reqs)))
 	if err == nil {

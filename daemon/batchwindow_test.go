@@ -3,7 +3,10 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/syncd/syncd/queue"
@@ -44,6 +47,14 @@ func TestBatchWindowGrows(t *testing.T) {
 	}
 	if want := []int{8, 16, 32, 64, 100, 80}; !slices.Equal(sizes, want) {
 		t.Fatalf("batches of %v operations, want %v", sizes, want)
+	}
+	rec := httptest.NewRecorder()
+	e.d.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{"offline_batch_operations_count 6", "offline_batch_operations_sum 300", `offline_batch_operations_bucket{le="8"} 1`} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
 	}
 }
 

@@ -464,10 +464,25 @@ func TestMetricsHandler(t *testing.T) {
 		`offline_attempts_total{result="rate_limited"} 1`,
 		`offline_attempts_total{result="validation"} 1`,
 		`offline_permanent_failures_total{code="validation"} 1`,
+		`offline_attempt_duration_seconds_count 3`,
+		`offline_batch_operations_count 0`,
 	} {
 		if !strings.Contains(string(body), want+"\n") {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
+	}
+	if strings.Contains(string(body), "offline_pull_lag_seconds") {
+		t.Errorf("pull lag before any read of the feed:\n%s", body)
+	}
+	// The lag counts from the last read of the feed without an error.
+	e.d.pull.mu.Lock()
+	e.d.pull.lastRead = e.clock.Now()
+	e.d.pull.mu.Unlock()
+	e.clock.Advance(42 * time.Second)
+	rec = httptest.NewRecorder()
+	e.d.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if body, _ := io.ReadAll(rec.Body); !strings.Contains(string(body), "offline_pull_lag_seconds 42\n") {
+		t.Errorf("metrics lack the pull lag of 42 s:\n%s", body)
 	}
 }
 

@@ -14,13 +14,18 @@ import (
 //	offline_queue_oldest_age_seconds       age of the oldest unfinished operation
 //	offline_attempts_total{result}         sends by result: done, replayed, or the outcome code
 //	offline_permanent_failures_total{code} operations that failed permanently, by code
+//	offline_attempt_duration_seconds       a send attempt, from its request to its answer (histogram)
+//	offline_batch_operations               operations per batch request sent (histogram)
+//	offline_pull_lag_seconds               time since the feed was last read without an error
 //
 // Every label value comes from a closed set (queue states, transport
 // codes, the daemon's codes), so the series stay bounded.
 type metrics struct {
-	reg      *prometheus.Registry
-	attempts *prometheus.CounterVec
-	failures *prometheus.CounterVec
+	reg            *prometheus.Registry
+	attempts       *prometheus.CounterVec
+	failures       *prometheus.CounterVec
+	attemptSeconds prometheus.Histogram
+	batchOps       prometheus.Histogram
 }
 
 func newMetrics(reg *prometheus.Registry, d *Daemon) (*metrics, error) {
@@ -34,8 +39,19 @@ func newMetrics(reg *prometheus.Registry, d *Daemon) (*metrics, error) {
 			Name: "offline_permanent_failures_total",
 			Help: "Operations that failed permanently, by code.",
 		}, []string{"code"}),
+		attemptSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "offline_attempt_duration_seconds",
+			Help: "Send attempts of queued operations, from the request to its answer (a batch member's: its batch's).",
+			// 5 ms to about 80 s.
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 15),
+		}),
+		batchOps: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "offline_batch_operations",
+			Help:    "Operations per batch request sent to the remote.",
+			Buckets: []float64{2, 4, 8, 16, 32, 64, 100, 200, 500, 1000},
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.attempts, m.failures, &queueCollector{d: d}} {
+	for _, c := range []prometheus.Collector{m.attempts, m.failures, m.attemptSeconds, m.batchOps, &queueCollector{d: d}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -62,6 +78,8 @@ var (
 		"Operations in the local queue, by state.", []string{"state"}, nil)
 	oldestDesc = prometheus.NewDesc("offline_queue_oldest_age_seconds",
 		"Age of the oldest operation that has not reached the server (0 when none).", nil, nil)
+	pullLagDesc = prometheus.NewDesc("offline_pull_lag_seconds",
+		"Time since the changes feed was last read without an error (absent before the first read).", nil, nil)
 )
 
 // queueCollector reads the queue's counts when scraped: one short read
@@ -71,6 +89,7 @@ type queueCollector struct{ d *Daemon }
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- depthDesc
 	ch <- oldestDesc
+	ch <- pullLagDesc
 }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
@@ -83,6 +102,12 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(st.Counts[s]), string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, ageSeconds(c.d.now(), st.OldestPending))
+	c.d.pull.mu.Lock()
+	lastRead := c.d.pull.lastRead
+	c.d.pull.mu.Unlock()
+	if !lastRead.IsZero() {
+		ch <- prometheus.MustNewConstMetric(pullLagDesc, prometheus.GaugeValue, ageSeconds(c.d.now(), lastRead))
+	}
 }
 
 // Registry returns the registry holding the daemon's metrics.

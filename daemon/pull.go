@@ -83,6 +83,9 @@ type pullState struct {
 	state   string
 	lastErr string
 	kick    chan struct{} // buffered 1: read now (sign-in, remote back)
+	// lastRead is when the feed was last read without an error (an
+	// empty long poll too): offline_pull_lag_seconds.
+	lastRead time.Time
 	// oneAtATime turns fetch-ahead off (set before Start): each page is
 	// read after the one before it is applied. For tests and benchmarks.
 	oneAtATime bool
@@ -214,6 +217,11 @@ func (d *Daemon) runPuller(soft context.Context) {
 		page, err, elapsed := r.page, r.err, r.elapsed
 		if soft.Err() == nil && s.ctx.Err() == nil {
 			d.pullContact(err)
+		}
+		if err == nil {
+			d.pull.mu.Lock()
+			d.pull.lastRead = d.now()
+			d.pull.mu.Unlock()
 		}
 		switch {
 		case soft.Err() != nil:

@@ -81,7 +81,9 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 		return next, false
 	}
 	d.inSend.Add(1)
+	began := d.now()
 	o := d.sendOne(ctx, op.ID, req)
+	d.metrics.attemptSeconds.Observe(d.now().Sub(began).Seconds())
 	d.inSend.Add(-1)
 	leaseCut := errors.Is(ctx.Err(), context.DeadlineExceeded) && hard.Err() == nil && c.sess.ctx.Err() == nil
 	unhook()

@@ -123,7 +123,31 @@ func (d *doctor) run(ctx context.Context) {
 	d.checkAccount(st)
 	d.checkRemote(ctx, st)
 	d.checkFile(st)
+	d.checkDisk()
 	d.checkQueue(ctx, c, st)
+}
+
+// Below either, the disk holding the data directory is nearly full.
+const (
+	doctorDiskMinFree  = 256 << 20
+	doctorDiskMinShare = 0.05
+)
+
+// checkDisk: the data directory's disk has room. A full disk refuses
+// every write (syncd answers 507 rather than lose one) and stops the
+// queue's outcomes from being recorded.
+func (d *doctor) checkDisk() {
+	free, total, err := diskSpace(d.cf.dataDir)
+	if err != nil {
+		d.add("disk", checkWarn, "its free space could not be read: "+err.Error(), "")
+		return
+	}
+	detail := fmt.Sprintf("%s free of %s", bytesHuman(int64(free)), bytesHuman(int64(total)))
+	if free < doctorDiskMinFree || float64(free) < doctorDiskMinShare*float64(total) {
+		d.add("disk", checkWarn, detail+": nearly full; at full, syncd refuses writes", "free space on the disk holding "+d.cf.dataDir)
+		return
+	}
+	d.add("disk", checkOK, detail, "")
 }
 
 func (d *doctor) where() string {

@@ -31,3 +31,13 @@ func (d *doctor) checkSocket() {
 	}
 	d.add("socket", checkOK, detail, "")
 }
+
+// diskSpace returns the free space (for this user) and the size of the
+// file system holding dir.
+func diskSpace(dir string) (free, total uint64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, 0, err
+	}
+	return uint64(st.Bavail) * uint64(st.Bsize), uint64(st.Blocks) * uint64(st.Bsize), nil
+}

@@ -308,7 +308,7 @@ func TestDoctorHealthyThenStopped(t *testing.T) {
 	if !healthy || code != 0 {
 		t.Errorf("healthy daemon: healthy %v, exit %d, checks %+v", healthy, code, checks)
 	}
-	for _, name := range []string{"daemon", "token", "account", "remote", "remote server", "clock", "data file", "queue"} {
+	for _, name := range []string{"daemon", "token", "account", "remote", "remote server", "clock", "data file", "disk", "queue"} {
 		if checks[name].Status != checkOK {
 			t.Errorf("healthy daemon: check %q = %+v, want ok", name, checks[name])
 		}

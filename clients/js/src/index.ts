@@ -1,37 +1,20 @@
 // @syncd/client: the local API of syncd for TypeScript and JavaScript
-// apps (Electron, Tauri's webview, Node). No runtime dependency in a
-// browser or an Electron renderer (fetch and WebSocket); on Node 20,
-// which has fetch but no global WebSocket, pass one (the `ws` package's)
-// as `WebSocket`.
+// apps (Electron, Tauri's webview, Node). No runtime dependency: fetch
+// and WebSocket are the platform's (Node 22+ has both; on Node 20 pass
+// the `ws` package's WebSocket, or use connect() from @syncd/client/node,
+// which loads it).
 
-import type { App, BatchWrite, Entity, List, Operation, Resolution, Side, Status, SyncEvent, Version } from "./types.js";
+import { neverSent, SyncdError, toError, unreachable } from "./errors.js";
+import { Subscription, type Dialer, type SubscribeOptions, type WebSocketConstructor } from "./events.js";
+import { LiveQuery, type LiveOptions } from "./live.js";
+import type {
+  AnySchema, App, BatchWrite, Data, Entity, EntityType, EventFilter, EventOf, List, MergePatch, Operation,
+  OperationState, Resolution, Schema, Side, Status, SyncState, Version,
+} from "./types.js";
 export * from "./types.js";
-
-/** An error answer of the local API. `code` is stable: switch on it. */
-export class SyncdError extends Error {
-  readonly status: number;
-  readonly code: string;
-  /** The refused write of a batch; -1 otherwise. */
-  readonly index: number;
-  constructor(status: number, code: string, message: string, index = -1) {
-    super(message);
-    this.name = "SyncdError";
-    this.status = status;
-    this.code = code;
-    this.index = index;
-  }
-}
-
-/** A WebSocket constructor: the browser's, or the `ws` package's on Node. */
-export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => WebSocketLike;
-
-export interface WebSocketLike {
-  onopen: ((ev: unknown) => void) | null;
-  onmessage: ((ev: { data: unknown }) => void) | null;
-  onclose: ((ev: { code: number; reason: string }) => void) | null;
-  onerror: ((ev: unknown) => void) | null;
-  close(code?: number, reason?: string): void;
-}
+export { SyncdError, type SyncdErrorCode } from "./errors.js";
+export { CLOSE_REVOKED, Subscription, type SubscribeOptions, type WebSocketConstructor, type WebSocketLike } from "./events.js";
+export { LiveQuery, type LiveOptions, type LiveResult, type OrderBy } from "./live.js";
 
 export interface ClientOptions {
   /** The daemon's address, host:port (default 127.0.0.1:7419), or a base URL. */
@@ -52,12 +35,17 @@ export interface ClientOptions {
   token: string;
   /** fetch to use (default the global one). */
   fetch?: typeof fetch;
-  /** WebSocket constructor for subscribe (default the global one). */
+  /**
+   * WebSocket constructor for subscribe and live (default the global one:
+   * browsers, Electron's renderer, Node 22+). On Node 20, pass the `ws`
+   * package's: `import WebSocket from "ws"`.
+   */
   WebSocket?: WebSocketConstructor;
   /**
-   * Pass the token in the WebSocket subprotocol (a browser cannot set an
-   * Authorization header on a WebSocket). Default: true in a browser,
-   * false elsewhere (the header is sent through the `ws` options).
+   * Pass the token in the WebSocket subprotocol (a browser's WebSocket
+   * cannot set an Authorization header). Default: true with the global
+   * WebSocket or in a page, false with one passed in elsewhere (the
+   * header is sent through the `ws` options).
    */
   tokenInSubprotocol?: boolean;
   /** How many times a request is sent again after the daemon could not be reached (default 4). */
@@ -74,23 +62,35 @@ export interface WriteOptions {
 export interface ListOptions {
   limit?: number;
   after?: string;
-  syncState?: string;
+  /** Only entities in this sync state (evaluated by the daemon). */
+  syncState?: SyncState;
 }
 
 export interface OperationListOptions {
   limit?: number;
   after?: string;
-  state?: string;
+  state?: OperationState;
   account?: string;
 }
 
 const DEFAULT_ADDR = "127.0.0.1:7419";
 
-/** The close code of an event stream whose app token was revoked. */
-export const CLOSE_REVOKED = 4401;
+/**
+ * A client whose entity types are typed by S:
+ * `createClient<{ note: Note; task: Task }>({ token })`. The same as
+ * `new SyncdClient<S>(opts)`.
+ */
+export function createClient<S extends Schema = AnySchema>(opts: ClientOptions): SyncdClient<S> {
+  return new SyncdClient<S>(opts);
+}
 
-/** The local API client. */
-export class SyncdClient {
+/**
+ * The local API client. S maps each entity type to its data's type (see
+ * createClient); without it any type and any JSON object go, and a read
+ * can name its data's type: `get<Note>("note", id)`. The types are
+ * promises about the data, not checks: syncd stores what apps write.
+ */
+export class SyncdClient<S extends Schema = AnySchema> {
   readonly baseURL: string;
   private readonly token: string;
   private readonly fetchFn: typeof fetch;
@@ -109,9 +109,11 @@ export class SyncdClient {
     this.token = opts.token;
     const f = opts.fetch ?? globalThis.fetch;
     if (!f) throw new TypeError("syncd: no fetch in this runtime; pass one as fetch");
-    this.fetchFn = f.bind(globalThis);
-    this.WS = opts.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
-    this.tokenInSubprotocol = opts.tokenInSubprotocol ?? typeof (globalThis as { document?: unknown }).document !== "undefined";
+    this.fetchFn = opts.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    const globalWS = (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+    this.WS = opts.WebSocket ?? globalWS;
+    const inPage = typeof (globalThis as { document?: unknown }).document !== "undefined";
+    this.tokenInSubprotocol = opts.tokenInSubprotocol ?? (inPage || (this.WS !== undefined && this.WS === globalWS));
     this.retries = opts.retries ?? 4;
     this.retryDelayMs = opts.retryDelayMs ?? 200;
   }
@@ -120,7 +122,8 @@ export class SyncdClient {
 
   /** Signs accountId in with its access token for the app's server. */
   async setSession(accountId: string, accessToken: string): Promise<void> {
-    await this.request("PUT", "/v1/session", { body: { accountId, accessToken } });
+    // PUT: sending it twice sets the same session.
+    await this.request("PUT", "/v1/session", { body: { accountId, accessToken }, retrySafe: true });
   }
 
   /** Signs out; policy "purge" also deletes the account's data. */
@@ -142,39 +145,46 @@ export class SyncdClient {
    * send: a retry of this call after the daemon could not be reached
    * sends the same key, and the daemon holds one operation.
    */
-  async create(type: string, data: Record<string, unknown>, opts: WriteOptions & { id?: string } = {}): Promise<Entity> {
+  async create<K extends EntityType<S>>(type: K, data: S[K], opts: WriteOptions & { id?: string } = {}): Promise<Entity<S[K], K>> {
     const body: Record<string, unknown> = { data };
     if (opts.id !== undefined) body.id = opts.id;
-    return (await this.request("POST", "/v1/entities/" + seg(type), { body, key: opts.idempotencyKey ?? newKey() })) as Entity;
+    return (await this.request("POST", "/v1/entities/" + seg(type), { body, key: opts.idempotencyKey ?? newKey() })) as Entity<S[K], K>;
   }
 
-  /** Updates an entity with an RFC 7396 merge patch. */
-  async update(type: string, id: string, patch: Record<string, unknown>, opts: WriteOptions = {}): Promise<Entity> {
+  /** Updates an entity with an RFC 7396 merge patch (null removes a field). */
+  async update<K extends EntityType<S>>(type: K, id: string, patch: MergePatch<S[K]>, opts: WriteOptions = {}): Promise<Entity<S[K], K>> {
     return (await this.request("PATCH", `/v1/entities/${seg(type)}/${seg(id)}`, {
       body: { data: patch },
       key: opts.idempotencyKey ?? newKey(),
-    })) as Entity;
+    })) as Entity<S[K], K>;
   }
 
   /** Deletes an entity. */
-  async delete(type: string, id: string, opts: WriteOptions = {}): Promise<Entity> {
-    return (await this.request("DELETE", `/v1/entities/${seg(type)}/${seg(id)}`, { key: opts.idempotencyKey ?? newKey() })) as Entity;
+  async delete<K extends EntityType<S>>(type: K, id: string, opts: WriteOptions = {}): Promise<Entity<S[K], K>> {
+    return (await this.request("DELETE", `/v1/entities/${seg(type)}/${seg(id)}`, { key: opts.idempotencyKey ?? newKey() })) as Entity<S[K], K>;
   }
 
-  async get(type: string, id: string): Promise<Entity> {
-    return (await this.request("GET", `/v1/entities/${seg(type)}/${seg(id)}`)) as Entity;
+  /** The entity; `get<Note>("note", id)` names its data's type where the client has no schema. */
+  get<K extends EntityType<S>>(type: K, id: string): Promise<Entity<S[K], K>>;
+  get<T extends object>(type: EntityType<S>, id: string): Promise<Entity<T>>;
+  async get(type: string, id: string): Promise<Entity<unknown>> {
+    return (await this.request("GET", `/v1/entities/${seg(type)}/${seg(id)}`)) as Entity<unknown>;
   }
 
   /** One page of entities; pass `next` as `after` for the next. */
-  async list(type: string, opts: ListOptions = {}): Promise<List<Entity>> {
-    return (await this.request("GET", `/v1/entities/${seg(type)}` + query(opts))) as List<Entity>;
+  list<K extends EntityType<S>>(type: K, opts?: ListOptions): Promise<List<Entity<S[K], K>>>;
+  list<T extends object>(type: EntityType<S>, opts?: ListOptions): Promise<List<Entity<T>>>;
+  async list(type: string, opts: ListOptions = {}): Promise<List<Entity<unknown>>> {
+    return (await this.request("GET", `/v1/entities/${seg(type)}` + query(opts))) as List<Entity<unknown>>;
   }
 
   /** Every entity of a type, page by page. */
-  async *all(type: string, opts: Omit<ListOptions, "after"> = {}): AsyncGenerator<Entity> {
+  all<K extends EntityType<S>>(type: K, opts?: Omit<ListOptions, "after">): AsyncGenerator<Entity<S[K], K>>;
+  all<T extends object>(type: EntityType<S>, opts?: Omit<ListOptions, "after">): AsyncGenerator<Entity<T>>;
+  async *all(type: string, opts: Omit<ListOptions, "after"> = {}): AsyncGenerator<Entity<unknown>> {
     let after = "";
     for (;;) {
-      const page = await this.list(type, { ...opts, after });
+      const page = (await this.request("GET", `/v1/entities/${seg(type)}` + query({ ...opts, after }))) as List<Entity<unknown>>;
       yield* page.items;
       if (!page.next) return;
       after = page.next;
@@ -192,9 +202,9 @@ export class SyncdClient {
    * no_conflict (409), or invalid_request (400) for a side missing or
    * given for a field not in conflict.
    */
-  async resolve(type: string, id: string, resolution: Side | Resolution): Promise<Entity> {
+  async resolve<K extends EntityType<S>>(type: K, id: string, resolution: Side | Resolution<S[K]>): Promise<Entity<S[K], K>> {
     const body = typeof resolution === "string" ? { take: resolution } : resolution;
-    return (await this.request("POST", `/v1/entities/${seg(type)}/${seg(id)}/resolve`, { body })) as Entity;
+    return (await this.request("POST", `/v1/entities/${seg(type)}/${seg(id)}/resolve`, { body })) as Entity<S[K], K>;
   }
 
   /**
@@ -204,8 +214,8 @@ export class SyncdClient {
    * (409: its create is not answered yet), versions_unsupported (501) or
    * remote_unavailable (503).
    */
-  async versions(type: string, id: string): Promise<Version[]> {
-    return ((await this.request("GET", `/v1/entities/${seg(type)}/${seg(id)}/versions`)) as { items: Version[] }).items;
+  async versions<K extends EntityType<S>>(type: K, id: string): Promise<Version<S[K]>[]> {
+    return ((await this.request("GET", `/v1/entities/${seg(type)}/${seg(id)}/versions`)) as { items: Version<S[K]>[] }).items;
   }
 
   /**
@@ -213,8 +223,8 @@ export class SyncdClient {
    * entity with it; `removed` is set when the server holds nothing under
    * the id. Fails with remote_unavailable (503) or refresh_unsupported (501).
    */
-  async refresh(type: string, id: string): Promise<Entity> {
-    return (await this.request("POST", `/v1/entities/${seg(type)}/${seg(id)}/refresh`)) as Entity;
+  async refresh<K extends EntityType<S>>(type: K, id: string): Promise<Entity<S[K], K>> {
+    return (await this.request("POST", `/v1/entities/${seg(type)}/${seg(id)}/refresh`)) as Entity<S[K], K>;
   }
 
   /**
@@ -222,11 +232,11 @@ export class SyncdClient {
    * refused, none (the SyncdError's index names it). Each write without
    * an idempotencyKey gets one now, so a retry replays.
    */
-  async batch(writes: BatchWrite[], opts: { ordered?: boolean } = {}): Promise<Entity[]> {
+  async batch(writes: BatchWrite<S>[], opts: { ordered?: boolean } = {}): Promise<Entity<S[EntityType<S>]>[]> {
     const ws = writes.map((w) => ({ ...w, idempotencyKey: w.idempotencyKey ?? newKey() }));
     const body: Record<string, unknown> = { writes: ws };
     if (opts.ordered) body.ordered = true;
-    const ans = (await this.request("POST", "/v1/batch", { body, retrySafe: true })) as { results: Entity[] };
+    const ans = (await this.request("POST", "/v1/batch", { body, retrySafe: true })) as { results: Entity<S[EntityType<S>]>[] };
     return ans.results;
   }
 
@@ -257,7 +267,7 @@ export class SyncdClient {
    * (syncd keeps only its digest). The app's token reads, and unless
    * readOnly writes, only the given entity types.
    */
-  async addApp(name: string, types: string[], opts: { readOnly?: boolean } = {}): Promise<App> {
+  async addApp(name: string, types: EntityType<S>[], opts: { readOnly?: boolean } = {}): Promise<App> {
     return (await this.request("POST", "/v1/apps", { body: { name, types, readOnly: opts.readOnly ?? false } })) as App;
   }
 
@@ -279,13 +289,30 @@ export class SyncdClient {
    * backoff, resuming after the last event it delivered, so no event is
    * lost or repeated across a daemon restart; a `resync` event says the
    * events asked for are gone: re-read your state. Iterate it, or pass
-   * onEvent; close() ends it.
+   * onEvent; close() ends it. The events are a union narrowed by `type`;
+   * a `type` filter narrows it to those types (and resync).
    */
-  subscribe(opts: SubscribeOptions = {}): Subscription {
+  subscribe<F extends EventFilter = EventFilter>(opts: SubscribeOptions<F, EntityType<S>> = {}): Subscription<EventOf<F>> {
+    return new Subscription<EventOf<F>>(this.dialer(), opts as unknown as SubscribeOptions<EventFilter>);
+  }
+
+  /**
+   * A live query: the entities of `type` that pass `syncState` (the
+   * daemon's filter) and `filter` (the client's), in `orderBy` order, now
+   * and after every change, kept by the event stream across reconnects
+   * and re-read on a resync. Iterate it, or pass onChange; close() ends it.
+   */
+  live<K extends EntityType<S>>(type: K, opts?: LiveOptions<S[K], K>): LiveQuery<S[K], K>;
+  live<T extends object>(type: EntityType<S>, opts?: LiveOptions<T>): LiveQuery<T>;
+  live(type: string, opts: object = {}): unknown {
+    return new LiveQuery<Data>(this as unknown as SyncdClient, type, opts as LiveOptions<Data>);
+  }
+
+  private dialer(): Dialer {
     if (!this.WS) {
-      throw new TypeError("syncd: no WebSocket in this runtime; pass one as WebSocket (on Node 20: the ws package)");
+      throw new TypeError("syncd: no WebSocket in this runtime; pass one as WebSocket (on Node 20: the ws package's, or use connect() from @syncd/client/node)");
     }
-    return new Subscription(this.baseURL.replace(/^http/, "ws"), this.token, this.WS, this.tokenInSubprotocol, opts);
+    return { wsBase: this.baseURL.replace(/^http/, "ws"), token: this.token, WS: this.WS, tokenInSubprotocol: this.tokenInSubprotocol };
   }
 
   // ---- transport ----
@@ -303,7 +330,8 @@ export class SyncdClient {
     }
     if (o.key) headers["Idempotency-Key"] = o.key;
     // Resending is safe for reads, and for writes that carry their key
-    // (the daemon answers a repeated key with the first answer).
+    // (the daemon answers a repeated key with the first answer); any
+    // request can be sent again when the first never left (refused).
     const resend = method === "GET" || o.key !== undefined || o.retrySafe === true;
     let delay = this.retryDelayMs;
     for (let attempt = 0; ; attempt++) {
@@ -313,170 +341,34 @@ export class SyncdClient {
       } catch (err) {
         // Not reached (connection refused while the service restarts,
         // reset): send again, the same key.
-        if (!resend || attempt >= this.retries) throw err;
+        if (!(resend || neverSent(err)) || attempt >= this.retries) throw unreachable(this.baseURL, attempt + 1, err);
         await sleep(delay);
         delay *= 2;
         continue;
       }
-      const text = await res.text();
+      let text: string;
+      try {
+        text = await res.text();
+      } catch (err) {
+        // The connection broke in the answer: the request was made.
+        if (!resend || attempt >= this.retries) throw unreachable(this.baseURL, attempt + 1, err);
+        await sleep(delay);
+        delay *= 2;
+        continue;
+      }
       if (res.status === 503 && resend && attempt < this.retries && text.includes('"shutting_down"')) {
         await sleep(delay);
         delay *= 2;
         continue;
       }
       if (!res.ok) throw toError(res.status, text);
-      return text ? JSON.parse(text) : undefined;
-    }
-  }
-}
-
-export interface SubscribeOptions {
-  since?: number;
-  /** Only events of these types (and resync). */
-  type?: string;
-  entityType?: string;
-  account?: string;
-  onEvent?: (e: SyncEvent) => void;
-  /**
-   * Called when the stream ends for good because its app token was
-   * revoked (a SyncdError with code token_revoked); the iterator then
-   * throws it. Nothing reconnects after that.
-   */
-  onError?: (err: SyncdError) => void;
-  /** The first reconnect wait, doubled up to maxDelayMs (default 100, 5000). */
-  minDelayMs?: number;
-  maxDelayMs?: number;
-}
-
-/** A live event stream; see SyncdClient.subscribe. */
-export class Subscription implements AsyncIterable<SyncEvent> {
-  /** The seq of the last event delivered. */
-  lastSeq: number | undefined;
-  private ws: WebSocketLike | undefined;
-  private closed = false;
-  private queue: SyncEvent[] = [];
-  private waiters: ((r: IteratorResult<SyncEvent>) => void)[] = [];
-  private delay: number;
-  private timer: ReturnType<typeof setTimeout> | undefined;
-  private failure: SyncdError | undefined;
-  private rejecters: ((err: SyncdError) => void)[] = [];
-
-  constructor(
-    private readonly wsBase: string,
-    private readonly token: string,
-    private readonly WS: WebSocketConstructor,
-    private readonly tokenInSubprotocol: boolean,
-    private readonly opts: SubscribeOptions,
-  ) {
-    this.lastSeq = opts.since;
-    this.delay = opts.minDelayMs ?? 100;
-    this.connect();
-  }
-
-  private connect(): void {
-    if (this.closed) return;
-    const q = new URLSearchParams();
-    if (this.lastSeq !== undefined) q.set("since", String(this.lastSeq));
-    if (this.opts.type) q.set("type", this.opts.type);
-    if (this.opts.entityType) q.set("entityType", this.opts.entityType);
-    if (this.opts.account) q.set("account", this.opts.account);
-    const url = this.wsBase + "/v1/events" + (q.size ? "?" + q.toString() : "");
-    const protocols = ["syncd.v1"];
-    let ws: WebSocketLike;
-    if (this.tokenInSubprotocol) {
-      protocols.push("syncd.token." + this.token);
-      ws = new this.WS(url, protocols);
-    } else {
-      // The ws package takes headers as a third argument.
-      const WSWithOptions = this.WS as unknown as new (u: string, p: string[], o: unknown) => WebSocketLike;
-      ws = new WSWithOptions(url, protocols, { headers: { Authorization: "Bearer " + this.token } });
-    }
-    this.ws = ws;
-    ws.onopen = () => {
-      this.delay = this.opts.minDelayMs ?? 100;
-    };
-    ws.onmessage = (ev) => {
-      const text = typeof ev.data === "string" ? ev.data : String(ev.data);
-      let e: SyncEvent;
       try {
-        e = JSON.parse(text) as SyncEvent;
+        return text ? JSON.parse(text) : undefined;
       } catch {
-        return;
+        throw new SyncdError(res.status, "unexpected_response", `syncd: an answer that is not JSON (HTTP ${res.status}): ${text.slice(0, 200)}`);
       }
-      // After a reconnect the daemon resumes after lastSeq; a resync
-      // jumps forward. Never deliver an event twice.
-      if (e.type !== "resync" && this.lastSeq !== undefined && e.seq <= this.lastSeq) return;
-      this.lastSeq = e.seq;
-      this.deliver(e);
-    };
-    ws.onerror = () => {};
-    ws.onclose = (ev) => {
-      this.ws = undefined;
-      if (this.closed) return;
-      if (ev?.code === CLOSE_REVOKED) {
-        // The app's token was revoked: reconnecting could only get 401.
-        this.fail(new SyncdError(401, "token_revoked", ev.reason || "this app's token was revoked"));
-        return;
-      }
-      this.timer = setTimeout(() => this.connect(), this.delay);
-      this.delay = Math.min(this.delay * 2, this.opts.maxDelayMs ?? 5000);
-    };
+    }
   }
-
-  private deliver(e: SyncEvent): void {
-    this.opts.onEvent?.(e);
-    const w = this.waiters.shift();
-    this.rejecters.shift();
-    if (w) w({ value: e, done: false });
-    else if (!this.opts.onEvent) this.queue.push(e);
-  }
-
-  private fail(err: SyncdError): void {
-    this.closed = true;
-    this.failure = err;
-    this.opts.onError?.(err);
-    this.waiters.splice(0);
-    for (const r of this.rejecters.splice(0)) r(err);
-  }
-
-  /** Ends the stream: the iterator finishes, no reconnect. */
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    if (this.timer) clearTimeout(this.timer);
-    this.ws?.close(1000, "closed by the client");
-    this.rejecters.splice(0);
-    for (const w of this.waiters.splice(0)) w({ value: undefined, done: true });
-  }
-
-  [Symbol.asyncIterator](): AsyncIterator<SyncEvent> {
-    return {
-      next: () => {
-        const e = this.queue.shift();
-        if (e) return Promise.resolve({ value: e, done: false });
-        if (this.failure) return Promise.reject(this.failure);
-        if (this.closed) return Promise.resolve({ value: undefined, done: true });
-        return new Promise((resolve, reject) => {
-          this.waiters.push(resolve);
-          this.rejecters.push(reject);
-        });
-      },
-      return: () => {
-        this.close();
-        return Promise.resolve({ value: undefined, done: true });
-      },
-    };
-  }
-}
-
-function toError(status: number, text: string): SyncdError {
-  try {
-    const body = JSON.parse(text) as { error?: { code?: string; message?: string; index?: number } };
-    if (body.error?.code) return new SyncdError(status, body.error.code, body.error.message ?? "", body.error.index ?? -1);
-  } catch {
-    // not JSON
-  }
-  return new SyncdError(status, "http_" + status, text.trim());
 }
 
 function seg(s: string): string {

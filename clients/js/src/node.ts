@@ -8,6 +8,7 @@ import { readFile, stat } from "node:fs/promises";
 import { homedir } from "node:os";
 import { dirname, isAbsolute, join } from "node:path";
 import { SyncdClient, type ClientOptions, type WebSocketConstructor } from "./index.js";
+import type { AnySchema, Schema } from "./types.js";
 
 export interface Located {
   addr: string;
@@ -156,25 +157,44 @@ export function unixWebSocket(WS: WebSocketConstructor, socketPath: string): Web
 }
 
 /**
+ * The `ws` package's WebSocket, when it is installed (an optional peer
+ * dependency), else undefined.
+ */
+export async function loadWs(): Promise<WebSocketConstructor | undefined> {
+  const name: string = "ws"; // not a literal: bundlers and tsc leave it alone
+  try {
+    const mod = (await import(name)) as { default?: WebSocketConstructor; WebSocket?: WebSocketConstructor };
+    return mod.default ?? mod.WebSocket;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * A client for the daemon located as `locate` does: over its Unix socket
  * when it has one here, else over TCP. `token` overrides the admin token
  * read from the data directory: an app passes its app token (from
- * `syncd apps add`).
+ * `syncd apps add`). The WebSocket for subscribe and live is the one
+ * passed, else over the socket the `ws` package's (Node's own cannot dial
+ * a socket), else the global one (Node 22+), else `ws`'s; subscribe
+ * throws when there is none (Node 20 without `ws` installed).
  */
-export async function connect(
+export async function connect<S extends Schema = AnySchema>(
   opts: Omit<ClientOptions, "addr" | "token" | "socketPath"> & { token?: string } = {},
   env: Record<string, string | undefined> = process.env,
-): Promise<SyncdClient> {
+): Promise<SyncdClient<S>> {
   const l = await locate(env, opts.token !== undefined);
   const token = opts.token ?? l.token;
   if (l.socket !== undefined) {
-    return new SyncdClient({
+    const WS = opts.WebSocket ?? (await loadWs());
+    return new SyncdClient<S>({
       ...opts,
       token,
       socketPath: l.socket,
       fetch: opts.fetch ?? unixFetch(l.socket),
-      WebSocket: opts.WebSocket && unixWebSocket(opts.WebSocket, l.socket),
+      WebSocket: WS && unixWebSocket(WS, l.socket),
     });
   }
-  return new SyncdClient({ ...opts, addr: l.addr, token });
+  const globalWS = (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+  return new SyncdClient<S>({ ...opts, addr: l.addr, token, WebSocket: opts.WebSocket ?? globalWS ?? (await loadWs()) });
 }

@@ -2,22 +2,46 @@
 // test/types.test.ts fails when the OpenAPI document gains a member these
 // types (through the key lists below) do not carry.
 
-export type SyncState = "pending" | "synced" | "failed" | "conflict" | "stale";
+export const syncStates = ["pending", "synced", "failed", "conflict", "stale"] as const;
+export type SyncState = (typeof syncStates)[number];
 export type OperationState = "pending" | "sending" | "retry_waiting" | "permanent_failed" | "done";
 
+/** An entity's data when no type is given for it: a JSON object. */
+export type Data = Record<string, unknown>;
+
+/**
+ * The data type of each entity type, for a typed client:
+ * `createClient<{ note: Note; task: Task }>()`. An interface is an object
+ * type, so `interface Note { title: string }` fits.
+ */
+export type Schema = { [entityType: string]: object };
+
+/** The schema of an untyped client: any entity type, any JSON object. */
+export type AnySchema = { [entityType: string]: Data };
+
+/** An entity type of schema S. */
+export type EntityType<S extends Schema> = keyof S & string;
+
+/**
+ * An RFC 7396 merge patch of T: each field optional, null removes it,
+ * nested objects are patched in turn (arrays are replaced whole).
+ */
+export type MergePatch<T> = { [P in keyof T]?: PatchValue<T[P]> | null };
+type PatchValue<V> = V extends readonly unknown[] ? V : V extends object ? MergePatch<V> : V;
+
 /** The server's record of an entity beside the local one. */
-export interface ServerRecord {
+export interface ServerRecord<T = Data> {
   /** Set when it is another record than the entity's serverId (the id was deleted, swept and created again). */
   id?: string;
   version: number;
   deleted?: boolean;
-  data?: Record<string, unknown>;
+  data?: T;
   /** Why data is absent from a live record: too_large, refresh_needed. */
   missing?: "too_large" | "refresh_needed";
   /** The fields in conflict (JSON pointers), when the server named them: a merging server's refusal. */
   paths?: string[];
   /** The record's data at the version the refused change was made on, when the server's refusal carried it. */
-  base?: Record<string, unknown>;
+  base?: Data;
 }
 
 /**
@@ -43,12 +67,16 @@ export interface Conflict {
   paths: ConflictPath[];
 }
 
-export interface Entity {
+/**
+ * An entity as the daemon shows it, with its sync state. T is its data's
+ * type (unchecked: the daemon stores any JSON object), K its entity type.
+ */
+export interface Entity<T = Data, K extends string = string> {
   accountId: string;
-  type: string;
+  type: K;
   id: string;
   /** null only for a stale entity whose data this device never held (too_large). */
-  data: Record<string, unknown> | null;
+  data: T | null;
   deleted?: boolean;
   syncState: SyncState;
   serverId?: string;
@@ -61,7 +89,7 @@ export interface Entity {
   lastOperationId: string;
   syncedOperationId?: string;
   serverVersion?: number;
-  server?: ServerRecord;
+  server?: ServerRecord<T>;
   /**
    * In state conflict, when the server named the fields in conflict (a
    * merging server): each with its base, local and server value. Absent:
@@ -128,16 +156,16 @@ export type Side = "server" | "local";
  *   `conflict.paths`, and only those); this device's other changes are kept;
  * - `data`: the merged data the app made.
  */
-export type Resolution =
+export type Resolution<T = Data> =
   | { take: Side; paths?: never; data?: never }
   | { paths: Record<string, Side>; take?: never; data?: never }
-  | { data: Record<string, unknown>; take?: never; paths?: never };
+  | { data: T; take?: never; paths?: never };
 
 /** One version the server keeps of an entity's record (versions()). */
-export interface Version {
+export interface Version<T = Data> {
   version: number;
   /** The record's data at this version; absent from a deletion. */
-  data?: Record<string, unknown>;
+  data?: T;
   deleted?: boolean;
   /** The Idempotency-Key of the write that made it: an operation's id when this device made it. */
   operationId?: string;
@@ -220,36 +248,171 @@ export interface EntityChangeData {
   conflictPaths?: string[];
 }
 
-/** An event's type-specific fields; those of entity events are typed. */
-export type SyncEventData = Record<string, unknown> & EntityChangeData;
-
-export interface SyncEvent {
+/** What every event has (docs/events.md). */
+interface EventBase {
   seq: number;
+  /** RFC 3339, UTC. */
   time: string;
-  type: string;
-  accountId?: string;
-  entityType?: string;
-  entityId?: string;
+}
+
+/** An entity was written, its sync state changed, or a pulled change was applied. */
+export interface EntityChangedEvent extends EventBase {
+  type: "entity.changed";
+  accountId: string;
+  entityType: string;
+  entityId: string;
+  /** Its latest write. */
   operationId?: string;
-  state?: OperationState;
+  syncState: SyncState;
+  data?: EntityChangeData;
+}
+
+/** An entity left the store (its delete reached the server, a discard, a purge, a pulled delete). */
+export interface EntityRemovedEvent extends EventBase {
+  type: "entity.removed";
+  accountId: string;
+  entityType: string;
+  entityId: string;
+  operationId?: string;
   syncState?: SyncState;
+  data?: EntityChangeData;
+}
+
+/** An operation was created or changed state. */
+export interface OperationStateEvent extends EventBase {
+  type: "operation.state";
+  accountId: string;
+  entityType: string;
+  entityId: string;
+  operationId: string;
+  state: OperationState;
+  /** Once it failed: validation, forbidden, payload_conflict, operation_expired, ... */
   errorCode?: string;
+  /** An update that went done unsent: the later operation that carries its data. */
   mergedInto?: string;
-  data?: SyncEventData;
-  /** operation.state: the app that made the operation. */
+  /** The app whose token made the operation. */
   app?: string;
-  /** operation.state of an operation held by its ordered group: what it waits for. */
+  /** Held by its ordered group: the earlier member it waits for. */
   blockedBy?: string;
 }
 
-export interface BatchWrite {
-  op: "create" | "update" | "delete";
-  type: string;
-  id?: string;
-  data?: Record<string, unknown>;
-  /** Made by the client when absent, before the first send. */
-  idempotencyKey?: string;
+/** An operation was removed unfinished (discard, purge, ...). */
+export interface OperationPurgedEvent extends EventBase {
+  type: "operation.purged";
+  accountId: string;
+  entityType: string;
+  entityId: string;
+  operationId: string;
 }
+
+/** logout with policy purge deleted an account's data. */
+export interface AccountPurgedEvent extends EventBase {
+  type: "account.purged";
+  accountId: string;
+}
+
+/** An account signed in, or its token was replaced. */
+export interface SessionChangedEvent extends EventBase {
+  type: "session.changed";
+  accountId: string;
+  data: { accountId: string };
+}
+
+export interface SessionLoggedOutEvent extends EventBase {
+  type: "session.logged_out";
+  accountId?: string;
+  data: { policy: "keep" | "purge"; purged: number };
+}
+
+/** The server refused the session's token: sending waits for setSession. */
+export interface SessionRefreshNeededEvent extends EventBase {
+  type: "session.refresh_needed";
+  accountId?: string;
+  data: { reason: "unauthorized" | "missing_token" | "invalid_token" };
+}
+
+/** The remote became reachable or not. */
+export interface ConnectivityChangedEvent extends EventBase {
+  type: "connectivity.changed";
+  data: { online: boolean };
+}
+
+/** Sending paused: three entities in a row failed the same setup-mistake way. */
+export interface RemoteMisconfiguredEvent extends EventBase {
+  type: "remote.misconfigured";
+  accountId?: string;
+  data: { kind: "redirect" | "route_not_found" | "tls"; seen: string; fix: string };
+}
+
+export interface RemoteRestoredEvent extends EventBase {
+  type: "remote.restored";
+  accountId?: string;
+  data: { kind: string };
+}
+
+/** The counts per operation state changed (at most one a second). */
+export interface QueueTotalsEvent extends EventBase {
+  type: "queue.totals";
+  data: {
+    counts: Record<OperationState, number>;
+    oldestPendingAgeSeconds: number;
+    accountId?: string;
+    accountCounts?: Record<OperationState, number>;
+    accountOldestPendingAgeSeconds?: number;
+  };
+}
+
+/** The events asked for are gone: re-read the state you show, then carry on from seq. */
+export interface ResyncEvent {
+  type: "resync";
+  seq: number;
+  time?: string;
+}
+
+/** One event of the stream: narrow it by `type`. */
+export type SyncEvent =
+  | EntityChangedEvent
+  | EntityRemovedEvent
+  | OperationStateEvent
+  | OperationPurgedEvent
+  | AccountPurgedEvent
+  | SessionChangedEvent
+  | SessionLoggedOutEvent
+  | SessionRefreshNeededEvent
+  | ConnectivityChangedEvent
+  | RemoteMisconfiguredEvent
+  | RemoteRestoredEvent
+  | QueueTotalsEvent
+  | ResyncEvent;
+
+/** Every event type. */
+export type EventType = SyncEvent["type"];
+
+/** A prefix of event types the stream's `type` filter takes: "entity." matches entity.changed and entity.removed. */
+export type EventTypePrefix = EventType extends infer T ? (T extends `${infer P}.${string}` ? `${P}.` : never) : never;
+
+/** What subscribe's `type` takes: an event type or a prefix. */
+export type EventFilter = EventType | EventTypePrefix;
+
+/** The events a filter lets through (resync passes every filter). */
+export type EventOf<F extends EventFilter> =
+  | (F extends `${infer P}.` ? Extract<SyncEvent, { type: `${P}.${string}` }> : Extract<SyncEvent, { type: F }>)
+  | ResyncEvent;
+
+/** The type-specific fields of an event (`data`), whatever its type. */
+export type SyncEventData = SyncEvent extends infer E ? (E extends { data?: infer D } ? ("data" extends keyof E ? NonNullable<D> : never) : never) : never;
+
+/**
+ * One write of a batch: a create with the type's data, an update with a
+ * merge patch of it, or a delete. idempotencyKey is made by the client
+ * when absent, before the first send.
+ */
+export type BatchWrite<S extends Schema = AnySchema> = {
+  [K in EntityType<S>]:
+    | { op: "create"; type: K; id?: string; data: S[K]; idempotencyKey?: string }
+    | { op: "update"; type: K; id: string; data: MergePatch<S[K]>; idempotencyKey?: string }
+    | { op: "delete"; type: K; id: string; data?: never; idempotencyKey?: string };
+}[EntityType<S>];
 
 // The members each type carries, for the drift test against the OpenAPI
 // document. Keep them in step with the interfaces above.
@@ -285,4 +448,17 @@ export const errorCodes = [
   "entity_stale", "versions_unsupported", "not_on_server",
 ] as const;
 
+/** An error code of the local API. */
 export type ErrorCode = (typeof errorCodes)[number];
+
+/**
+ * The codes the client itself gives a SyncdError:
+ * - daemon_unreachable: no answer from the daemon (not running,
+ *   restarting, a socket path where none listens), after the retries
+ *   that were safe;
+ * - token_revoked: an event stream's app token was revoked (close 4401);
+ * - unexpected_response: an answer that is not the local API's (another
+ *   program on the port, a proxy).
+ */
+export const clientErrorCodes = ["daemon_unreachable", "token_revoked", "unexpected_response"] as const;
+export type ClientErrorCode = (typeof clientErrorCodes)[number];

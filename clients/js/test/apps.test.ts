@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import WebSocket from "ws";
-import { SyncdClient, SyncdError, type SyncEvent, type WebSocketConstructor } from "../src/index.js";
+import { SyncdClient, SyncdError, type SyncEvent } from "../src/index.js";
 import { startDaemon, type Daemon } from "./daemon.js";
 
-const WS = WebSocket as unknown as WebSocketConstructor;
+const WS = WebSocket; // the ws package, no cast: it fits WebSocketConstructor
 
 describe("app tokens against a real daemon", () => {
   let d: Daemon;

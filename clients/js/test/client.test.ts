@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import WebSocket from "ws";
-import { SyncdClient, SyncdError, type SyncEvent, type WebSocketConstructor } from "../src/index.js";
+import { SyncdClient, SyncdError, type EntityChangedEvent } from "../src/index.js";
 import { startDaemon, startServer, type Daemon } from "./daemon.js";
 
-const WS = WebSocket as unknown as WebSocketConstructor;
+const WS = WebSocket; // the ws package, no cast: it fits WebSocketConstructor
 
 async function until(what: string, cond: () => Promise<boolean>): Promise<void> {
   const deadline = Date.now() + 30000;
@@ -144,10 +144,11 @@ describe("events across a SIGKILL of the daemon", () => {
     const c = new SyncdClient({ addr: d.addr, token: d.token, WebSocket: WS });
     await c.setSession("alice", "alice.dev");
     const since = (await c.status()).lastEventSeq;
-    const seen: SyncEvent[] = [];
+    const seen: EntityChangedEvent[] = [];
     const sub = c.subscribe({ since, type: "entity.changed", minDelayMs: 50, maxDelayMs: 200 });
     const reader = (async () => {
       for await (const e of sub) {
+        if (e.type === "resync") continue;
         seen.push(e);
         if (seen.filter((x) => x.type === "entity.changed" && x.syncState === "pending").length >= 6) break;
       }
@@ -200,7 +201,7 @@ describe("two devices and a server that rejects conflicts", () => {
     await until("A's edit synced", async () => (await ca.get("note", "x")).syncState === "synced");
     const events: string[] = [];
     const sub = cb.subscribe({ since: (await cb.status()).lastEventSeq, onEvent: (e) => {
-      if (e.entityId === "x" && e.syncState) events.push(e.syncState);
+      if (e.type === "entity.changed" && e.entityId === "x") events.push(e.syncState);
     } });
     await cb.update("note", "x", { by: "B" });
     await until("B in conflict", async () => (await cb.get("note", "x")).syncState === "conflict");
@@ -238,8 +239,10 @@ describe("two devices and a server that merges field by field", () => {
 
     for (const id of ids) await ca.update("note", id, { title: "Shopping" });
     await until("A's edits synced", async () => (await ca.list("note", { syncState: "synced" })).items.length === 3);
-    const events: SyncEvent[] = [];
-    const sub = cb.subscribe({ since: (await cb.status()).lastEventSeq, type: "entity.changed", onEvent: (e) => events.push(e) });
+    const events: EntityChangedEvent[] = [];
+    const sub = cb.subscribe({ since: (await cb.status()).lastEventSeq, type: "entity.changed", onEvent: (e) => {
+      if (e.type === "entity.changed") events.push(e);
+    } });
 
     // z: B changes another field than A did: both land, and the server's
     // answer brings A's title in.

@@ -5,11 +5,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import WebSocket from "ws";
-import { SyncdError, type WebSocketConstructor } from "../src/index.js";
+import { SyncdError } from "../src/index.js";
 import { connect, locate } from "../src/node.js";
 import { freePort, startDaemon, type Daemon } from "./daemon.js";
 
-const WS = WebSocket as unknown as WebSocketConstructor;
+const WS = WebSocket; // the ws package, no cast: it fits WebSocketConstructor
 
 describe("over the daemon's Unix socket", { skip: process.platform === "win32" && "no Unix socket listener on Windows" }, () => {
   let d: Daemon;

@@ -34,8 +34,9 @@ it("types a resolution as exactly one of take, paths or data, and entity event d
   const both: Resolution = { take: "local", data: {} };
   // @ts-expect-error: a side is server or local
   const wrong: Resolution = { paths: { "/title": "mine" } };
-  const e: SyncEvent = { seq: 1, time: "", type: "entity.changed", data: { origin: "answer", paths: ["/title"] } };
-  const origin: "remote" | "answer" | undefined = e.data?.origin;
+  const e: SyncEvent = { seq: 1, time: "", type: "entity.changed", accountId: "a", entityType: "note", entityId: "n1",
+    syncState: "synced", data: { origin: "answer", paths: ["/title"] } };
+  const origin: "remote" | "answer" | undefined = e.type === "entity.changed" ? e.data?.origin : undefined;
   assert.equal(ok.length + [both, wrong].length, 5);
   assert.equal(origin, "answer");
 });

@@ -1,0 +1,85 @@
+// The package as an app developer gets it: `npm pack` (after `npm run
+// pack:tarball` built it from the clone), the tarball installed into a
+// scratch project with ws and the lockfile's TypeScript, a script
+// type-checked with strict tsc against the installed declarations, then
+// run against a live daemon built from this repository.
+//
+// Run: npm run test:pack (from clients/js; needs go and the npm registry).
+
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { startDaemon } from "../dist/test/daemon.js";
+
+const pkgDir = join(dirname(fileURLToPath(import.meta.url)), "..");
+const lock = JSON.parse(readFileSync(join(pkgDir, "package-lock.json"), "utf8")).packages;
+const pinned = (name) => `${name}@${lock[`node_modules/${name}`].version}`;
+
+const app = `
+import { SyncdError, type EntityChangedEvent } from "@syncd/client";
+import { connect } from "@syncd/client/node";
+import WebSocket from "ws";
+
+interface Note { title: string; done?: boolean }
+
+const c = await connect<{ note: Note }>({ WebSocket });
+await c.setSession("alice", "alice.dev");
+const sub = c.subscribe({ since: (await c.status()).lastEventSeq, type: "entity.changed" });
+const live = c.live("note", { orderBy: "title" });
+const n = await c.create("note", { title: "from the tarball" }, { id: "p1" });
+const seen: EntityChangedEvent[] = [];
+for await (const e of sub) {
+  if (e.type !== "entity.changed") continue;
+  seen.push(e);
+  if (e.syncState === "synced") break;
+}
+let listed = "";
+for await (const r of live) {
+  const row = r.items.find((e) => e.id === "p1");
+  if (row?.syncState === "synced") { listed = row.data?.title ?? ""; break; }
+}
+let code = "";
+try {
+  await c.get("note", "missing");
+} catch (err) {
+  if (err instanceof SyncdError) code = err.code;
+}
+console.log(JSON.stringify({ created: n.data?.title, states: seen.map((e) => e.syncState), listed, code }));
+`;
+
+it("packs, installs into a scratch project, type-checks and runs against a live daemon", async () => {
+  const scratch = mkdtempSync(join(tmpdir(), "syncd-js-pack-"));
+  const d = await startDaemon();
+  try {
+    execFileSync("npm", ["pack", "--pack-destination", scratch, "--loglevel=error"], { cwd: pkgDir, stdio: "inherit" });
+    const tgz = readdirSync(scratch).find((f) => f.endsWith(".tgz"));
+    assert.ok(tgz, "npm pack wrote a tarball");
+    const listing = execFileSync("tar", ["-tzf", join(scratch, tgz)], { encoding: "utf8" });
+    assert.match(listing, /package\/dist\/src\/index\.d\.ts/);
+    assert.doesNotMatch(listing, /package\/dist\/test\//, "the tests stay out of the package");
+
+    writeFileSync(join(scratch, "package.json"), JSON.stringify({ name: "scratch-app", private: true, type: "module" }));
+    execFileSync("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", join(scratch, tgz),
+      pinned("ws"), pinned("typescript"), pinned("@types/ws"), pinned("@types/node")], { cwd: scratch, stdio: "inherit" });
+    writeFileSync(join(scratch, "app.ts"), app);
+    writeFileSync(join(scratch, "tsconfig.json"), JSON.stringify({
+      compilerOptions: { target: "ES2022", module: "NodeNext", moduleResolution: "NodeNext", strict: true, outDir: "out", types: ["node"] },
+      files: ["app.ts"],
+    }));
+    // Strict tsc against the installed package's declarations (no skipLibCheck).
+    execFileSync(process.execPath, [join(scratch, "node_modules", "typescript", "bin", "tsc"), "-p", "."], { cwd: scratch, stdio: "inherit" });
+    const out = execFileSync(process.execPath, [join(scratch, "out", "app.js")], {
+      cwd: scratch,
+      encoding: "utf8",
+      env: { ...process.env, SYNCD_DATA_DIR: d.dataDir, SYNCD_ADDR: d.addr },
+    });
+    assert.deepEqual(JSON.parse(out.trim()), { created: "from the tarball", states: ["pending", "synced"], listed: "from the tarball", code: "not_found" });
+  } finally {
+    await d.stop();
+    rmSync(scratch, { recursive: true, force: true });
+  }
+});

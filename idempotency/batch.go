@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -52,6 +53,13 @@ type BatchConfig struct {
 	// ChainVersions is the rule of syncd's remote protocol. Nil: "after"
 	// is refused (400), and nothing is advertised.
 	Chain func(prev BatchOperation, prevResult BatchResult, op *BatchOperation) bool
+	// ResultHeaders are the headers of an operation's answer that its
+	// result carries ("headers"): the result headers the gate stores and
+	// replays (default DefaultReplayedHeaders; set it to the gate's
+	// Config.ReplayedHeaders if those differ), so an operation's first
+	// answer and its replays carry the same ones. Others (Date,
+	// X-Request-Id) are left out.
+	ResultHeaders []string
 }
 
 // BatchOperation is one operation of a batch request.
@@ -73,6 +81,10 @@ type BatchResult struct {
 	// RetryAfter is the operation's Retry-After, in seconds, when it
 	// had one (a 409 in flight, a 429, a 503).
 	RetryAfter int `json:"retryAfter,omitempty"`
+	// Headers are the operation's result headers, those named in
+	// BatchConfig.ResultHeaders that its answer carries: its Location,
+	// ETag, Content-Type. A text answer's body is a JSON string.
+	Headers http.Header `json:"headers,omitempty"`
 }
 
 // Capabilities returns the batch part of GET /v1/capabilities:
@@ -159,14 +171,13 @@ func canonicalJSON(raw []byte) (string, bool) {
 // runnable reports whether operation i of a batch may run, after the
 // operation it names in After (see BatchConfig.Chain); if not, the
 // result it answers instead.
-func runnable(cfg BatchConfig, ops []BatchOperation, results []BatchResult, i int) (BatchResult, bool) {
+func runnable(cfg BatchConfig, outer *http.Request, ops []BatchOperation, results []BatchResult, i int) (BatchResult, bool) {
 	after := ops[i].After
 	if after == nil {
 		return BatchResult{}, true
 	}
 	fail := func(status int, code, msg string) (BatchResult, bool) {
-		b, _ := json.Marshal(map[string]map[string]string{"error": {"code": code, "message": msg}})
-		return BatchResult{Status: status, Body: b}, false
+		return errorResult(cfg, outer, status, code, msg), false
 	}
 	if cfg.Chain == nil {
 		return fail(http.StatusBadRequest, CodeBadRequest, "this server does not chain operations: leave out after")
@@ -195,6 +206,9 @@ func (c BatchConfig) withDefaults() BatchConfig {
 	}
 	if c.WriteError == nil {
 		c.WriteError = WriteError
+	}
+	if c.ResultHeaders == nil {
+		c.ResultHeaders = DefaultReplayedHeaders
 	}
 	return c
 }
@@ -257,7 +271,7 @@ func BatchHandler(cfg BatchConfig) http.Handler {
 			(&batchRun{cfg: cfg, outer: r, ops: req.Operations, results: results}).grouped(gs, 0, len(results))
 		} else {
 			for i := range req.Operations {
-				if res, ok := runnable(cfg, req.Operations, results, i); !ok {
+				if res, ok := runnable(cfg, r, req.Operations, results, i); !ok {
 					results[i] = res
 					continue
 				}
@@ -282,8 +296,7 @@ func BatchHandler(cfg BatchConfig) http.Handler {
 // not nil, makes it a member of the batch's group.
 func serveOne(cfg BatchConfig, outer *http.Request, op BatchOperation, item *batchItem) BatchResult {
 	refuse := func(msg string) BatchResult {
-		b, _ := json.Marshal(map[string]map[string]string{"error": {"code": CodeBadRequest, "message": msg}})
-		return BatchResult{Status: http.StatusBadRequest, Body: b}
+		return errorResult(cfg, outer, http.StatusBadRequest, CodeBadRequest, msg)
 	}
 	switch op.Method {
 	case http.MethodPost, http.MethodPatch, http.MethodPut, http.MethodDelete:
@@ -317,12 +330,28 @@ func serveOne(cfg BatchConfig, outer *http.Request, op BatchOperation, item *bat
 	}
 	rec := newRecorder(1 << 62)
 	cfg.Handler.ServeHTTP(rec, sub)
-	return resultOf(rec)
+	return resultOf(cfg, rec)
+}
+
+// errorResult is an operation's error result, written by
+// BatchConfig.WriteError as the gate's and the handlers' errors are.
+func errorResult(cfg BatchConfig, outer *http.Request, status int, code, msg string) BatchResult {
+	rec := newRecorder(1 << 20)
+	cfg.WriteError(rec, outer, status, code, msg)
+	return resultOf(cfg, rec)
 }
 
 // resultOf is the batch result of an operation's answer.
-func resultOf(rec *recorder) BatchResult {
+func resultOf(cfg BatchConfig, rec *recorder) BatchResult {
 	res := BatchResult{Status: rec.status, Replayed: rec.header.Get(HeaderReplayed) == "true"}
+	for _, name := range cfg.ResultHeaders {
+		if v := rec.header.Values(name); len(v) > 0 {
+			if res.Headers == nil {
+				res.Headers = make(http.Header)
+			}
+			res.Headers[http.CanonicalHeaderKey(name)] = slices.Clone(v)
+		}
+	}
 	if ra, err := strconv.Atoi(rec.header.Get("Retry-After")); err == nil && ra > 0 {
 		res.RetryAfter = ra
 	}
@@ -407,7 +436,7 @@ func (b *batchRun) groupOnce(gs GroupStore, lo, hi int) int {
 	defer run.end(ctx, false) // a panicking handler: roll back, free the keys
 	var executed []int
 	for i := lo; i < hi; i++ {
-		if res, ok := runnable(b.cfg, b.ops, b.results, i); !ok {
+		if res, ok := runnable(b.cfg, b.outer, b.ops, b.results, i); !ok {
 			b.results[i] = res
 			continue
 		}
@@ -445,18 +474,19 @@ func (b *batchRun) groupOnce(gs GroupStore, lo, hi int) int {
 // in it answer that their outcome is unknown (or, when the store is sure
 // nothing committed, that nothing was done).
 func (b *batchRun) commit(ctx context.Context, run *groupRun, executed []int) {
-	if err := run.end(ctx, true); err != nil {
-		rec := newRecorder(1 << 20)
+	// As for a single request: operations that answered commit even if
+	// the batch's client has gone.
+	if err := run.end(context.WithoutCancel(ctx), true); err != nil {
+		var res BatchResult
 		if errors.Is(err, ErrTxAborted) || errors.Is(err, ErrGroupBroken) {
-			b.cfg.WriteError(rec, b.outer, http.StatusInternalServerError, CodeInternal,
+			res = errorResult(b.cfg, b.outer, http.StatusInternalServerError, CodeInternal,
 				"the batch's transaction failed; nothing was done")
 		} else {
-			rec.Header().Set("Retry-After", strconv.Itoa(int(DefaultRetryAfter.Seconds())))
-			b.cfg.WriteError(rec, b.outer, http.StatusServiceUnavailable, CodeOutcomeUnknown,
+			res = errorResult(b.cfg, b.outer, http.StatusServiceUnavailable, CodeOutcomeUnknown,
 				"the idempotency store failed while committing the batch; whether the operation took effect is unknown: "+
 					"retry with the same Idempotency-Key, which replays the answer if it did and runs the operation if it did not")
+			res.RetryAfter = int(DefaultRetryAfter.Seconds())
 		}
-		res := resultOf(rec)
 		for _, i := range executed {
 			b.results[i] = res
 		}

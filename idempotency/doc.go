@@ -51,8 +51,9 @@
 //     the gate rolls back to the savepoint it took after the reservation
 //     (SavepointTx); a success answer is 500 internal, nothing was done.
 //
-// Errors are {"error":{"code":"...","message":"..."}} (Config.WriteError
-// may write another shape). A handler's answer is final for its key, and
+// Errors are {"error":{"code":"...","message":"..."}}; WriteProblem, as
+// Config.WriteError, writes RFC 9457 problem details instead. A handler
+// that writes its errors with Error answers in its gate's shape. A handler's answer is final for its key, and
 // stored with the writes the handler made, unless it says the request was
 // not authorised or not attempted: 401, 403, 408, 425, 429 and 5xx
 // (Config.Stored, default Storable). Those roll the transaction back,
@@ -75,7 +76,10 @@
 // request context: boltstore.TxFromContext gives the *bolt.Tx,
 // pgstore.TxFromContext a pgx.Tx, sqlstore.TxFromContext a DBTX for
 // database/sql code. It must write through it and must not commit or roll
-// it back. On PostgreSQL the handler runs after a savepoint the gate
+// it back; KeyFromContext gives it the request's key. Once it has
+// answered, the completion and the commit run even if the client has
+// gone, and the client's resend replays. On PostgreSQL the handler runs
+// after a savepoint the gate
 // holds (pgstore sends it with the reservation, at no extra round trip;
 // sqlstore in one more). A crash anywhere before the commit leaves
 // nothing: no domain write and no record, in particular no record stuck
@@ -91,7 +95,10 @@
 // Fingerprint is the SHA-256 of canonical JSON (sorted keys, no
 // insignificant white space) of the method, the route (DefaultRoute: the
 // URL path and the query with its parameters sorted) and the body.
-// Top-level fields named in Config.ExcludedFields (attempt metadata such
+// The media type counts too (FingerprintContent): a body that is not
+// JSON, or of another JSON type than application/json, adds its
+// Content-Type, so the same bytes as text/plain do not replay a JSON
+// answer. Top-level fields named in Config.ExcludedFields (attempt metadata such
 // as a sentAt; none by default) are left out, so a resend with a new
 // timestamp is still the same request.
 //

@@ -3,7 +3,6 @@ package idempotency
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -152,8 +151,10 @@ type Config struct {
 	Logger *slog.Logger
 	// OnOutcome, if set, is called once per gated request (for metrics).
 	OnOutcome func(r *http.Request, operation string, o Outcome)
-	// WriteError writes an error answer. Default: WriteError, which writes
-	// {"error":{"code":...,"message":...}}.
+	// WriteError writes an error answer, the gate's and (through Error)
+	// the handler's. Default: WriteError, which writes
+	// {"error":{"code":...,"message":...}}; WriteProblem writes RFC 9457
+	// problem details (application/problem+json) instead.
 	WriteError func(w http.ResponseWriter, r *http.Request, status int, code, message string)
 	// Rand returns a uniform value in [0, n), like (*rand.Rand).Int64N;
 	// it draws the jitter of the Retry-After of 409 in-flight answers.
@@ -363,7 +364,7 @@ func (g *Gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 		g.cfg.WriteError(w, r, http.StatusBadRequest, code, msg)
 		return
 	}
-	fp := Fingerprint(r.Method, g.cfg.Route(r), body, g.cfg.ExcludedFields)
+	fp := FingerprintContent(r.Method, g.cfg.Route(r), r.Header.Get("Content-Type"), body, g.cfg.ExcludedFields)
 
 	var rolledBack *answer // an answer sent but not stored
 	o, ans, err := g.execute(ctx, actor, key, op, fp, func(txCtx context.Context) (*answer, error) {
@@ -546,7 +547,7 @@ func (g *Gate) execute(ctx context.Context, actor, key, op, fp string, exec func
 		}
 	}
 
-	txCtx := ContextWithTx(ctx, tx)
+	txCtx := context.WithValue(ContextWithTx(ctx, tx), requestKey{}, &requestInfo{key: key, writeError: g.cfg.WriteError})
 	if g.cfg.TestHookAfterReserve != nil {
 		g.cfg.TestHookAfterReserve(txCtx)
 	}
@@ -572,7 +573,12 @@ func (g *Gate) execute(ctx context.Context, actor, key, op, fp string, exec func
 	}
 	// From here a failure leaves the outcome unknown to the gate: a store
 	// may send the completion with the COMMIT, and a connection lost
-	// during COMMIT does not say whether it happened.
+	// during COMMIT does not say whether it happened. The handler has
+	// answered: what it did commits with its answer even if the client
+	// has gone (its request's context ended), and the client's resend
+	// replays it, instead of the work being thrown away half-way through
+	// the commit.
+	ctx = context.WithoutCancel(ctx)
 	err = tx.Complete(ctx, rec)
 	if errors.Is(err, ErrTxAborted) {
 		// A statement of the handler failed, and the handler answered
@@ -758,22 +764,6 @@ func parseKey(vals []string) (string, bool) {
 		}
 	}
 	return k, true
-}
-
-// WriteError writes {"error":{"code":code,"message":message}} with status.
-// It is the default Config.WriteError.
-func WriteError(w http.ResponseWriter, _ *http.Request, status int, code, message string) {
-	type errBody struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}
-	b, _ := json.Marshal(struct {
-		Error errBody `json:"error"`
-	}{errBody{code, message}})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
 }
 
 // lazyLogger adds the operation and the key's short hash to a line, and

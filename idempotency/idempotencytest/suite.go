@@ -111,6 +111,13 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"BatchConcurrentWithSingles", testBatchConcurrent},
 		{"BatchFailedStatementThenRefusal", testBatchFailedStatement},
 		{"BatchLostConnection", testBatchLostConnection},
+		{"BatchResultsCarryResultHeaders", testBatchResultHeaders},
+		{"ContentTypeIsPartOfTheRequest", testContentTypeIsPartOfTheRequest},
+		{"KeyInContext", testKeyInContext},
+		{"LostConnectionMidTransaction", testLostMidTransaction},
+		{"ClientGoneBeforeCommit", testClientGoneBeforeCommit},
+		{"ExpiredKeyOnTwoReplicas", testExpiredKeyTwoReplicas},
+		{"ClockSkewWithinTolerance", testClockSkew},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -181,16 +188,16 @@ func (e *env) handle(w http.ResponseWriter, r *http.Request) {
 		Tag string `json:"tag"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Tag == "" {
-		idempotency.WriteError(w, r, http.StatusBadRequest, "validation", "body needs a tag")
+		idempotency.Error(w, r, http.StatusBadRequest, "validation", "body needs a tag")
 		return
 	}
 	if err := e.h.Effect(r.Context(), in.Tag); err != nil {
-		idempotency.WriteError(w, r, http.StatusInternalServerError, "internal", err.Error())
+		idempotency.Error(w, r, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
 	if hp := e.hook.Load(); hp != nil {
 		if status := (*hp)(r); status > 0 {
-			idempotency.WriteError(w, r, status, "hooked", "answer chosen by the test hook")
+			idempotency.Error(w, r, status, "hooked", "answer chosen by the test hook")
 			return
 		}
 	}
@@ -216,11 +223,19 @@ type response struct {
 
 func (e *env) send(t tb, url, actor, key, body string) response {
 	t.Helper()
+	return e.sendTyped(t, url, actor, key, "application/json", body)
+}
+
+// sendTyped is send with another Content-Type ("" sends none).
+func (e *env) sendTyped(t tb, url, actor, key, contentType, body string) response {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewBufferString(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
 	req.Header.Set("X-Actor", actor)
 	if key != "" {
 		req.Header.Set(idempotency.HeaderKey, key)

@@ -135,7 +135,12 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Begin starts the request's transaction at READ COMMITTED with its lock
 // timeout and lease.
 func (s *Store) Begin(ctx context.Context) (idempotency.Tx, error) {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	// database/sql rolls a transaction back when the context it began
+	// with ends: a client that went away after its handler answered
+	// would lose the answer half-way through the commit. The gate ends
+	// the transaction itself (Commit or Rollback, always); each
+	// statement still takes the request's context.
+	tx, err := s.db.BeginTx(context.WithoutCancel(ctx), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: begin: %w", err)
 	}

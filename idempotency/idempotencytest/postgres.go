@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -66,4 +67,46 @@ func withParam(dsn, name, value string) string {
 		return dsn + "?" + name + "=" + value
 	}
 	return dsn + " " + name + "=" + value
+}
+
+// TaggedDSN returns dsn with an application_name of its own, and that
+// name: AwaitLockWaiters finds the sessions opened with it.
+func TaggedDSN(dsn string) (tagged, name string) {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name = "idempotencytest_" + hex.EncodeToString(b)
+	return withParam(dsn, "application_name", name), name
+}
+
+// AwaitLockWaiters returns once n sessions named app (see TaggedDSN)
+// wait for an advisory lock, as pg_locks shows them, or with the first
+// value from errs (a session that failed instead of waiting), or with
+// an error after a minute.
+func AwaitLockWaiters(ctx context.Context, dsn, app string, n int, errs <-chan error) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var waiting int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE l.locktype = 'advisory' AND NOT l.granted AND a.application_name = $1`, app).Scan(&waiting); err != nil {
+			return err
+		}
+		if waiting >= n {
+			return nil
+		}
+		select {
+		case err := <-errs:
+			return fmt.Errorf("a session ended instead of waiting for the lock: %v", err)
+		case <-deadline.C:
+			return fmt.Errorf("%d of %d sessions wait for the lock after a minute", waiting, n)
+		case <-tick.C:
+		}
+	}
 }

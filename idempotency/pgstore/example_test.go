@@ -25,12 +25,18 @@ func Example_service() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS orders (
-		id BIGSERIAL PRIMARY KEY, customer TEXT NOT NULL, item TEXT NOT NULL, UNIQUE (customer, item))`); err != nil {
-		log.Fatal(err)
-	}
 
-	store, err := pgstore.New(ctx, pgstore.Config{Pool: pool}) // creates idempotency_records
+	store, err := pgstore.New(ctx, pgstore.Config{
+		Pool: pool, // New creates idempotency_records
+		// The service's own tables, under the same lock: replicas that
+		// start together migrate one after another.
+		Migrate: func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS orders (
+				id BIGSERIAL PRIMARY KEY, customer TEXT NOT NULL, item TEXT NOT NULL,
+				idempotency_key TEXT NOT NULL, UNIQUE (customer, item))`)
+			return err
+		},
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -55,23 +61,25 @@ func Example_service() {
 		var in struct{ Item string }
 		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Item == "" {
 			// A refusal: stored, and replayed to a resend of this key.
-			http.Error(w, `{"error":"item required"}`, http.StatusBadRequest)
+			// Error answers in the gate's error shape.
+			idempotency.Error(w, r, http.StatusBadRequest, "item_required", "an order needs an item")
 			return
 		}
 		tx, _ := pgstore.TxFromContext(r.Context()) // the gate commits it
+		key, _ := idempotency.KeyFromContext(r.Context())
 		user := r.Header.Get("X-User")
 		var id int64
-		err := tx.QueryRow(r.Context(), `INSERT INTO orders (customer, item) VALUES ($1, $2)
-			ON CONFLICT DO NOTHING RETURNING id`, user, in.Item).Scan(&id)
+		err := tx.QueryRow(r.Context(), `INSERT INTO orders (customer, item, idempotency_key) VALUES ($1, $2, $3)
+			ON CONFLICT DO NOTHING RETURNING id`, user, in.Item, key).Scan(&id)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			// A business refusal is final: stored with whatever was
 			// written before it.
-			http.Error(w, `{"error":"already ordered"}`, http.StatusConflict)
+			idempotency.Error(w, r, http.StatusConflict, "already_ordered", "this item is already ordered")
 			return
 		case err != nil:
 			// 5xx: everything rolled back, the key free for a retry.
-			http.Error(w, `{"error":"try again"}`, http.StatusServiceUnavailable)
+			idempotency.Error(w, r, http.StatusServiceUnavailable, "try_again", "the order could not be stored")
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -107,8 +115,8 @@ func ExampleGate_Do() {
 		func(ctx context.Context) ([]byte, error) {
 			tx, _ := pgstore.TxFromContext(ctx)
 			var id int64
-			if err := tx.QueryRow(ctx, `INSERT INTO orders (customer, item) VALUES ($1, $2) RETURNING id`,
-				msg.Customer, msg.Item).Scan(&id); err != nil {
+			if err := tx.QueryRow(ctx, `INSERT INTO orders (customer, item, idempotency_key) VALUES ($1, $2, $3) RETURNING id`,
+				msg.Customer, msg.Item, msg.ID).Scan(&id); err != nil {
 				return nil, err // rolled back; the next delivery runs again
 			}
 			return json.Marshal(map[string]int64{"id": id})

@@ -10,7 +10,10 @@ import (
 	"github.com/syncd/syncd/idempotency/internal/pgsql"
 )
 
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+// migrate brings the library's tables up to date and then runs app, the
+// application's own migrations (Config.Migrate), in one transaction
+// under one advisory lock.
+func migrate(ctx context.Context, pool *pgxpool.Pool, app func(ctx context.Context, tx pgx.Tx) error) error {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pgsql.MigrationLock)); err != nil {
 			return err
@@ -36,6 +39,11 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		if version < len(pgsql.Migrations) {
 			if _, err := tx.Exec(ctx, `UPDATE idempotency_schema SET version = $1`, len(pgsql.Migrations)); err != nil {
 				return err
+			}
+		}
+		if app != nil {
+			if err := app(ctx, tx); err != nil {
+				return fmt.Errorf("the application's migration: %w", err)
 			}
 		}
 		return nil

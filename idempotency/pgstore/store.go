@@ -41,7 +41,8 @@
 //
 // The tables live in the connection's search_path (add
 // search_path=NAME to the DSN to use another schema) and are created or
-// migrated by New under an advisory lock, so replicas may start together.
+// migrated by New under an advisory lock, so replicas may start together;
+// Config.Migrate runs the application's migrations under the same lock.
 package pgstore
 
 import (
@@ -84,6 +85,15 @@ type Config struct {
 	Pool        *pgxpool.Pool
 	LockTimeout time.Duration // DefaultLockTimeout
 	Lease       time.Duration // DefaultLease
+	// Migrate, if set, runs the application's own schema migrations in
+	// New, in the transaction that migrates the library's tables and
+	// under the same advisory lock, after them: replicas that start
+	// together run it one after another, never at once (CREATE TABLE IF
+	// NOT EXISTS run concurrently can fail with a unique violation on
+	// pg_type). Every New runs it, so it must be safe to run again:
+	// IF NOT EXISTS statements, or a version table of its own. An error
+	// rolls back the library's migration too, and New returns it.
+	Migrate func(ctx context.Context, tx pgx.Tx) error
 }
 
 // Store is an idempotency.Store on PostgreSQL.
@@ -110,7 +120,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
-	if err := migrate(ctx, cfg.Pool); err != nil {
+	if err := migrate(ctx, cfg.Pool, cfg.Migrate); err != nil {
 		return nil, err
 	}
 	lock := strconv.FormatInt(max(cfg.LockTimeout.Milliseconds(), 1), 10) + "ms"

@@ -55,6 +55,14 @@ type Config struct {
 	DB          *sql.DB
 	LockTimeout time.Duration // DefaultLockTimeout
 	Lease       time.Duration // DefaultLease
+	// Migrate, if set, runs the application's own schema migrations in
+	// New, in the transaction that migrates the library's tables and
+	// under the same advisory lock, after them: replicas that start
+	// together run it one after another, never at once. Every New runs
+	// it, so it must be safe to run again (IF NOT EXISTS, or a version
+	// table of its own). An error rolls back the library's migration too,
+	// and New returns it.
+	Migrate func(ctx context.Context, tx *sql.Tx) error
 }
 
 // Store is an idempotency.Store on a *sql.DB connected to PostgreSQL.
@@ -80,7 +88,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
-	if err := migrate(ctx, cfg.DB); err != nil {
+	if err := migrate(ctx, cfg.DB, cfg.Migrate); err != nil {
 		return nil, err
 	}
 	return &Store{
@@ -90,7 +98,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}, nil
 }
 
-func migrate(ctx context.Context, db *sql.DB) (err error) {
+// migrate brings the library's tables up to date and then runs app, the
+// application's own migrations (Config.Migrate), in one transaction
+// under one advisory lock.
+func migrate(ctx context.Context, db *sql.DB, app func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("sqlstore: migrate: %w", err)
@@ -124,6 +135,11 @@ func migrate(ctx context.Context, db *sql.DB) (err error) {
 	if version < len(pgsql.Migrations) {
 		if _, err := tx.ExecContext(ctx, `UPDATE idempotency_schema SET version = $1`, len(pgsql.Migrations)); err != nil {
 			return err
+		}
+	}
+	if app != nil {
+		if err := app(ctx, tx); err != nil {
+			return fmt.Errorf("the application's migration: %w", err)
 		}
 	}
 	return tx.Commit()

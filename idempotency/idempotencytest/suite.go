@@ -10,6 +10,10 @@
 // a failing handler, a refusal stored after a failed statement, expiry
 // and sweeping, and batches whose operations commit together
 // (idempotency.BatchHandler with the Store, a GroupStore or not).
+//
+// It imports nothing but the standard library, pgx (PostgresDSN) and
+// this module's packages, so a backend that runs it in its tests adds no
+// test-only module to its go.mod.
 package idempotencytest
 
 import (
@@ -20,6 +24,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -31,7 +36,6 @@ import (
 
 	"github.com/syncd/syncd/idempotency"
 	"github.com/syncd/syncd/internal/clocktest"
-	"pgregory.net/rapid"
 )
 
 // Harness connects the suite to one fresh, empty store.
@@ -577,28 +581,32 @@ func testReplicaDuplicate(t *testing.T, e *env) {
 
 // testAnyOrder: several operations, each sent any number of times in any
 // interleaving, spread over days within the retention: one effect per
-// operation and every answer to an operation is its first answer.
+// operation and every answer to an operation is its first answer. The
+// sequences are drawn from fixed seeds (a failure names its seed), so
+// the suite needs no property-testing library: a backend that runs it
+// takes in nothing but this module's own dependencies.
 func testAnyOrder(t *testing.T, e *env) {
-	rapid.Check(t, func(rt *rapid.T) {
-		nops := rapid.IntRange(1, 4).Draw(rt, "ops")
+	for seed := range uint64(anyOrderRuns) {
+		rng := mrand.New(mrand.NewPCG(seed, 0x1de))
+		nops := 1 + rng.IntN(4)
 		keys, tags := make([]string, nops), make([]string, nops)
 		for i := range nops {
 			keys[i], tags[i] = newID(), newID()
 		}
-		sends := rapid.SliceOfN(rapid.IntRange(0, nops-1), 1, 20).Draw(rt, "sends")
 		firsts := make([]*response, nops)
-		for i, op := range sends {
-			e.clock.Advance(time.Duration(rapid.Int64Range(0, int64(8*time.Hour)).Draw(rt, fmt.Sprintf("wait%d", i))))
-			r := e.post(rt, "alice", keys[op], `{"tag":"`+tags[op]+`"}`)
+		for i := range 1 + rng.IntN(20) {
+			op := rng.IntN(nops)
+			e.clock.Advance(time.Duration(rng.Int64N(int64(8 * time.Hour))))
+			r := e.post(t, "alice", keys[op], `{"tag":"`+tags[op]+`"}`)
 			if firsts[op] == nil {
 				if r.status != http.StatusCreated || r.replayed {
-					rt.Fatalf("first send of op %d: %d replayed=%v %s", op, r.status, r.replayed, r.body)
+					t.Fatalf("seed %d: first send of op %d: %d replayed=%v %s", seed, op, r.status, r.replayed, r.body)
 				}
 				firsts[op] = &r
 				continue
 			}
 			if r.status != firsts[op].status || r.body != firsts[op].body || !r.replayed {
-				rt.Fatalf("send %d of op %d: %d replayed=%v %s, want replay of %s", i, op, r.status, r.replayed, r.body, firsts[op].body)
+				t.Fatalf("seed %d: send %d of op %d: %d replayed=%v %s, want replay of %s", seed, i, op, r.status, r.replayed, r.body, firsts[op].body)
 			}
 		}
 		for op := range nops {
@@ -606,12 +614,15 @@ func testAnyOrder(t *testing.T, e *env) {
 			if firsts[op] != nil {
 				want = 1
 			}
-			if n := e.effects(rt, tags[op]); n != want {
-				rt.Fatalf("op %d: effects = %d, want %d", op, n, want)
+			if n := e.effects(t, tags[op]); n != want {
+				t.Fatalf("seed %d: op %d: effects = %d, want %d", seed, op, n, want)
 			}
 		}
-	})
+	}
 }
+
+// anyOrderRuns is how many sequences testAnyOrder sends.
+const anyOrderRuns = 100
 
 func testExpiry(t *testing.T, e *env) {
 	ctx := context.Background()
@@ -742,7 +753,7 @@ func testTxContract(t *testing.T, e *env) {
 	}
 }
 
-// tb is the part of testing.TB the helpers use; *rapid.T has it too.
+// tb is the part of testing.TB the helpers use; goTB has it too.
 type tb interface {
 	Helper()
 	Fatal(args ...any)

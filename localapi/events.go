@@ -41,14 +41,14 @@ const (
 	// is written at once; one that comes within the hold of the last
 	// write to its subscriber waits until the hold has passed and goes
 	// out with what followed, in one system call. The hold is shared
-	// out: it is 400 µs per subscriber (eventWriteBudget), so all
-	// subscribers together cost at most 2,500 socket writes a second
-	// under a stream of commits, however many there are: 0.4 ms with
-	// one subscriber, 4 ms with 10, 40 ms with 100, and never more than
-	// this interval. A fixed 50 ms for everyone held each change's event
-	// up to 50 ms from an app (issue 28); 100 µs per subscriber (10 ms
-	// with 100) cost the writers a third of their throughput with 100
-	// subscribers, as a fixed 1 ms did.
+	// out: it is 500 µs per subscriber (eventWriteBudget), so all
+	// subscribers together cost at most 2,000 socket writes a second
+	// under a stream of commits, however many there are: 0.5 ms with
+	// one subscriber, 5 ms with 10, and this interval with 100 or more.
+	// A fixed 50 ms for everyone held a change's event up to 50 ms from
+	// a lone app (issue 28); 100 µs per subscriber (10 ms with 100) cost
+	// the writers a third of their throughput with 100 subscribers, as
+	// a fixed 1 ms did.
 	DefaultEventFlushInterval = 50 * time.Millisecond
 	// pongWaitFactor times the ping interval is how long a subscriber
 	// may stay silent.
@@ -70,7 +70,7 @@ const (
 	// subscribers together may cost under a stream of commits: each
 	// subscriber's hold is its share of a second (see
 	// DefaultEventFlushInterval).
-	eventWriteBudget = 2_500
+	eventWriteBudget = 2_000
 )
 
 // Close codes sent to subscribers. Clients switch on the code; the

@@ -15,10 +15,10 @@ func TestEventHold(t *testing.T) {
 		want    time.Duration
 	}{
 		{0, DefaultEventFlushInterval, 0},
-		{1, DefaultEventFlushInterval, 400 * time.Microsecond},
-		{10, DefaultEventFlushInterval, 4 * time.Millisecond},
-		{100, DefaultEventFlushInterval, 40 * time.Millisecond},
-		{125, DefaultEventFlushInterval, DefaultEventFlushInterval},
+		{1, DefaultEventFlushInterval, 500 * time.Microsecond},
+		{10, DefaultEventFlushInterval, 5 * time.Millisecond},
+		{99, DefaultEventFlushInterval, 49500 * time.Microsecond},
+		{100, DefaultEventFlushInterval, DefaultEventFlushInterval},
 		{256, DefaultEventFlushInterval, DefaultEventFlushInterval},
 		{100, 5 * time.Millisecond, 5 * time.Millisecond},
 		{100, -1, 0},

@@ -475,6 +475,24 @@ func (d *Daemon) recordFollowers(coll *collector, head claimed) {
 	}
 }
 
+// leaveChain releases, unsent and last first, the followers of c when c
+// heads a chain in a batch and stops before its send: before c's own
+// outcome is recorded, so none is left sending behind a head that is
+// not.
+func (d *Daemon) leaveChain(ctx context.Context, c claimed) {
+	coll, ok := ctx.Value(collectorKey{}).(*collector)
+	if !ok {
+		return
+	}
+	coll.mu.Lock()
+	fs := coll.followers[c.op.ID]
+	delete(coll.followers, c.op.ID)
+	coll.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		d.releaseUnsent(fs[i], "the operation it follows was not sent")
+	}
+}
+
 // markSent marks id as one that reached its send (so its end is not a
 // leave).
 func (c *collector) markSent(id string) {

@@ -132,9 +132,10 @@ func (d *Daemon) worker(hard context.Context) {
 		default:
 		}
 		var (
-			c   claimed
-			ok  bool
-			err error
+			c       claimed
+			ok      bool
+			err     error
+			noChain bool // a done outcome does not claim the next op alone
 		)
 		if lim, batch := d.batchFor(hard); batch {
 			var cs [][]claimed
@@ -159,6 +160,12 @@ func (d *Daemon) worker(hard context.Context) {
 			}
 			if ok {
 				c = cs[0][0]
+				// With chains, the next claim is a batch claim again, so
+				// what is written behind this one meanwhile goes chained
+				// behind it: one operation a round trip, else, however
+				// fast the app writes (a done outcome's CompleteAndClaim
+				// takes the next head alone).
+				noChain = lim.chains
 			}
 		} else {
 			c, ok, err = d.claim(hard)
@@ -180,7 +187,7 @@ func (d *Daemon) worker(hard context.Context) {
 					}
 					return
 				}
-				c, ok = d.processOne(hard, c, true)
+				c, ok = d.processOne(hard, c, !noChain)
 			}
 			continue
 		}

@@ -51,6 +51,7 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 	// the session (and so the token) is still the one it was claimed
 	// under. Otherwise nothing is sent.
 	if op.AccountID != c.sess.account || !d.current(c.sess) {
+		d.leaveChain(hard, c)
 		d.releaseUnsent(c, "session changed")
 		return next, false
 	}
@@ -59,11 +60,13 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 	// have been is sent whatever its age.
 	if age := d.now().Sub(ageStart(op)); op.MaybeApplied && age > d.maxAge {
 		msg := fmt.Sprintf("the operation is %s old (counted from its creation or the user's latest retry) and an attempt of it may have reached the server without an answer; the server may have forgotten its key by now, so it is not resent: review it, then retry or discard it", age.Round(time.Second))
+		d.leaveChain(hard, c)
 		d.fail(c, CodeOperationExpired, msg, false, false) // nothing was sent
 		return next, false
 	}
 	req, err := d.request(op, c.sess.token)
 	if err != nil {
+		d.leaveChain(hard, c)
 		d.unbuildable(c, err)
 		return next, false
 	}
@@ -77,6 +80,7 @@ func (d *Daemon) process(hard context.Context, c claimed, chain bool) (next clai
 	if c.sess.ctx.Err() != nil || !d.current(c.sess) {
 		unhook()
 		cancel()
+		d.leaveChain(hard, c)
 		d.releaseUnsent(c, "session changed")
 		return next, false
 	}

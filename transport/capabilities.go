@@ -200,7 +200,15 @@ func (c *Client) BatchItemBytes(r Request) int {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(batchOp{IdempotencyKey: r.OperationID, Method: hr.Method, Path: c.basePath() + path, Body: body}); err != nil {
+	op := batchOp{IdempotencyKey: r.OperationID, Method: hr.Method, Path: c.basePath() + path, Body: body}
+	if r.Chained {
+		// Its "after" is the index of the item before it, which the
+		// size cannot know: counted at its longest (a batch holds far
+		// fewer than 10^9 items).
+		most := 999_999_999
+		op.After = &most
+	}
+	if err := enc.Encode(op); err != nil {
 		return 0
 	}
 	return buf.Len() - 1

@@ -101,6 +101,8 @@ it("runs in a browser on an allowed origin", { skip: chromium ? false : "Chromiu
 it("is refused on a foreign origin", { skip: chromium ? false : "Chromium not found" }, async () => {
   const got = await runPage(false);
   // The daemon answers 403 forbidden_origin without CORS headers: the
-  // browser does not let the page read it.
-  assert.match(String(got.error), /TypeError: Failed to fetch/);
+  // browser does not let the page read it, and to the page that is no
+  // answer at all: a SyncdError daemon_unreachable around the browser's
+  // "Failed to fetch".
+  assert.match(String(got.error), /SyncdError: .*no answer from the daemon.*Failed to fetch/);
 });

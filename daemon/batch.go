@@ -375,10 +375,14 @@ func (d *Daemon) sendOne(ctx context.Context, id string, r transport.Request) tr
 					cs.outs[i] = &o
 				}
 			}
+			released := as[0].single || as[0].o.Decision != transport.Done
 			coll.mu.Lock()
 			coll.chains[id] = cs
+			if released {
+				delete(coll.followers, id) // recordFollowers has nothing left to do
+			}
 			coll.mu.Unlock()
-			if as[0].single || as[0].o.Decision != transport.Done {
+			if released {
 				d.releaseFollowers(fs, cs, 0)
 			}
 		}

@@ -70,7 +70,6 @@ func TestChainedDrainUnderFaults(t *testing.T) {
 	if chained == 0 {
 		t.Fatal("no batch carried a chain")
 	}
-	if err := e.store.Check(); err != nil {
-		t.Fatal(err)
-	}
+	// setup's cleanup checks the queue's invariants once the daemon has
+	// stopped (a check while it may still write reads a moving file).
 }

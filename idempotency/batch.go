@@ -145,29 +145,6 @@ func ChainVersions(prev BatchOperation, prevResult BatchResult, op *BatchOperati
 	return true
 }
 
-// encodeJSON encodes v as the fingerprint does: no HTML escaping, no
-// trailing newline, object keys sorted, numbers as written.
-func encodeJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
-// canonicalJSON is raw in encodeJSON's form; ok is false when raw is not
-// one JSON value.
-func canonicalJSON(raw []byte) (string, bool) {
-	v, ok := parseJSON(raw)
-	if !ok {
-		return "", false
-	}
-	b, err := encodeJSON(v)
-	return string(b), err == nil
-}
-
 // runnable reports whether operation i of a batch may run, after the
 // operation it names in After (see BatchConfig.Chain); if not, the
 // result it answers instead.

@@ -47,15 +47,36 @@ func fingerprint(method, route string, body []byte, exclude []string, mt string)
 
 // digest is the hex SHA-256 of env's canonical JSON.
 func digest(env map[string]any) string {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(env); err != nil {
+	b, err := encodeJSON(env)
+	if err != nil {
 		// Values decoded by encoding/json always encode again.
 		panic("idempotency: canonical JSON: " + err.Error())
 	}
-	sum := sha256.Sum256(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// encodeJSON encodes v in the fingerprint's canonical form: no HTML escaping, no
+// trailing newline, object keys sorted, numbers as written.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// canonicalJSON is raw in encodeJSON's form; ok is false when raw is not
+// one JSON value.
+func canonicalJSON(raw []byte) (string, bool) {
+	v, ok := parseJSON(raw)
+	if !ok {
+		return "", false
+	}
+	b, err := encodeJSON(v)
+	return string(b), err == nil
 }
 
 // FingerprintContent is the fingerprint of a request whose body has the

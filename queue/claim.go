@@ -36,51 +36,17 @@ func (s *Store) Claim(ctx context.Context, account, owner string, lease time.Dur
 	return out, err
 }
 
-// ClaimN is Claim for up to n operations at once, in one transaction,
-// for a batched send: it takes ready operations as Claim would, one
-// after another, until it has n, or their payloads would pass maxBytes
-// (the first is taken whatever its size), or none is ready. They share
-// the lease owner. It returns ErrNoReady when it took none.
-func (s *Store) ClaimN(ctx context.Context, account, owner string, lease time.Duration, n int, maxBytes int) ([]Operation, error) {
-	if lease <= 0 || n <= 0 {
-		return nil, fmt.Errorf("queue: claim: lease and n must be positive, got %v, %d", lease, n)
-	}
-	var out []Operation
-	err := s.update(ctx, func(tx *txw) error {
-		out = out[:0]
-		size := 0
-		for len(out) < n {
-			op, err := tx.nextReady(account)
-			if err != nil {
-				return err
-			}
-			if op == nil {
-				break
-			}
-			if len(out) > 0 && size+len(op.Payload) > maxBytes {
-				break
-			}
-			if err := tx.claim(op, owner, lease); err != nil {
-				return err
-			}
-			size += len(op.Payload)
-			out = append(out, *op)
-		}
-		if len(out) == 0 {
-			return ErrNoReady
-		}
-		return nil
-	})
-	return out, err
-}
-
-// ClaimChains is ClaimN that also takes, behind each claimed head, the
-// updates queued after it in its partition (its followers), for a
-// remote that applies a batch's chained items in order (the next one
-// only when the one before it was applied, made on the version it
-// produced). A chain is [head, followers...]; the operations of all
-// chains count against n and maxBytes as ClaimN's do, and at most
-// maxFollow followers join one head. Followers join only a head that is
+// ClaimChains is Claim for up to n operations at once, in one
+// transaction, for a batched send: it takes ready operations as Claim
+// would, one after another, until it has n, or their payloads would
+// pass maxBytes (the first is taken whatever its size), or none is
+// ready; they share the lease owner. Behind each head it also takes,
+// with maxFollow above 0, the updates queued after it in its partition
+// (its followers, at most maxFollow), for a remote that applies a
+// batch's chained items in order (the next one only when the one before
+// it was applied, made on the version it produced). A chain is [head,
+// followers...]; followers count against n and maxBytes too. It returns
+// ErrNoReady when it took none. Followers join only a head that is
 // an update of an entity the server already holds (a create's record
 // and so the follower's address are known only from its answer), and
 // are themselves updates that are pending (not waiting out a backoff)

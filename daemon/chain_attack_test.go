@@ -210,6 +210,7 @@ func TestAttackChainLeaseExpires(t *testing.T) {
 			cfg := Config{Batch: BatchOn, Concurrency: 4, Lease: 300 * time.Millisecond,
 				Policy: transport.Policy{Backoff: transport.Backoff{Base: time.Millisecond, Max: 20 * time.Millisecond}}}
 			var hit atomic.Int64
+			stallEnded := make(chan struct{})
 			cfg.TestHookAfterResponse = func(op queue.Operation, o transport.Outcome) {
 				v, ok := hotIDs.Load(op.ID)
 				if !ok {
@@ -221,7 +222,8 @@ func TestAttackChainLeaseExpires(t *testing.T) {
 				}
 				if v.(int) == want && o.Decision == transport.Done && stalled.CompareAndSwap(false, true) {
 					hit.Store(int64(v.(int)))
-					time.Sleep(900 * time.Millisecond)
+					time.Sleep(900 * time.Millisecond) // the stall itself: thrice the lease
+					close(stallEnded)
 				}
 			}
 			e := setup(t, envOpts{realClock: true, cfg: cfg})
@@ -241,7 +243,13 @@ func TestAttackChainLeaseExpires(t *testing.T) {
 			if err := e.d.Start(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(1500 * time.Millisecond)
+			// The stalled worker's late outcome lands before the queue is
+			// judged.
+			select {
+			case <-stallEnded:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the stall never happened")
+			}
 			counts := waitQuiet(t, e, 10*time.Second)
 			if !stalled.Load() {
 				t.Fatal("the stall never happened")

@@ -165,9 +165,13 @@ func (c *collector) fireOne(reqs []transport.Request, waiters []chan batchAnswer
 		d.batchAnswered(outs)
 	}
 	if err != nil {
-		if errors.Is(err, transport.ErrNoBatch) {
+		var tooLarge *transport.BatchTooLargeError
+		switch {
+		case errors.Is(err, transport.ErrNoBatch):
 			d.noBatch()
-		} else {
+		case errors.As(err, &tooLarge):
+			d.batchTooLarge(tooLarge)
+		default:
 			d.logger.Warn("daemon: a batch could not be sent; sending its operations one by one", "err", err)
 		}
 		for _, w := range waiters {
@@ -240,6 +244,32 @@ func (d *Daemon) splitBatch(reqs []transport.Request, lim batchLimits) (groups [
 	return groups, alone, cut
 }
 
+// batchTooLarge records that the remote refused a batch of e.Bytes as
+// too large although it is within the size the remote advertises (a
+// proxy in front of it may have a lower limit): later batches stay
+// under half of that, down to minBatchWire, for the daemon's lifetime.
+// The refused batch's operations are then sent alone (each alone may
+// still be too large: that one is rejected, as its single send would
+// be).
+func (d *Daemon) batchTooLarge(e *transport.BatchTooLargeError) {
+	d.batchMu.Lock()
+	prev := d.batchWireCap
+	capBytes := max(e.Bytes/2, minBatchWire)
+	if prev == 0 || capBytes < prev {
+		d.batchWireCap = capBytes
+	}
+	now := d.batchWireCap
+	d.batchMu.Unlock()
+	if now != prev {
+		d.logger.Warn("daemon: the remote refused a batch as too large (413) within its advertised limit; smaller batches from now on",
+			"operations", e.Operations, "bytes", e.Bytes, "max_batch_bytes", now)
+	}
+}
+
+// minBatchWire is the least batchWireCap: below it a batch holds about
+// one operation, and operations go alone.
+const minBatchWire = 4 << 10
+
 // noBatch records that the remote has no batch route although it
 // advertised one.
 func (d *Daemon) noBatch() {
@@ -286,6 +316,10 @@ func (d *Daemon) batchFor(ctx context.Context) (batchLimits, bool) {
 		payload: int(min(int64(d.batchBytes), caps.Batch.MaxBytes)),
 		wire:    int(min(caps.Batch.MaxBytes, int64(maxInt))),
 		chains:  caps.Batch.Chains,
+	}
+	if d.batchWireCap > 0 && (lim.wire == 0 || d.batchWireCap < lim.wire) {
+		lim.wire = d.batchWireCap
+		lim.payload = min(lim.payload, d.batchWireCap)
 	}
 	batch := !off && lim.ops > 1
 	lim.ops = min(lim.ops, d.windowLocked())

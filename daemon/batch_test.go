@@ -210,3 +210,58 @@ func TestOrderedGroupParentFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchTooLargeSplits: a proxy in front of the remote refuses batch
+// requests over 6 KB with 413, well under the size the remote
+// advertises. No operation fails for it: the refused batch's operations
+// go alone, later batches stay under half the refused size, and every
+// record lands once.
+func TestBatchTooLargeSplits(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{realClock: true, cfg: Config{Batch: BatchOn, Concurrency: 2}})
+	const limit = 6 << 10
+	var refused atomic.Int64
+	e.proxy.SetRule(func(r faultproxy.Request) faultproxy.Action {
+		if r.Path == transport.BatchPath && len(r.Body) > limit {
+			refused.Add(1)
+			return faultproxy.Action{Kind: faultproxy.Respond, Status: 413}
+		}
+		return faultproxy.Action{Kind: faultproxy.Forward}
+	})
+	const entities = 60
+	pad := strings.Repeat("x", 700) // 8 of them are about 6 KB of batch
+	for i := range entities {
+		e.create(fmt.Sprintf("n%02d", i), fmt.Sprintf(`{"v":%d,"pad":%q}`, i, pad))
+	}
+	if err := e.d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.events.wait(t, "all done", func([]queue.Event) bool {
+		st, err := e.store.Stats()
+		return err == nil && st.Counts[queue.StateDone] == entities
+	})
+	st, _ := e.store.Stats()
+	if st.Counts[queue.StatePermanentFailed] != 0 {
+		t.Fatalf("counts %v: a 413 to a whole batch failed its operations", st.Counts)
+	}
+	for i := range entities {
+		e.oneRecord(fmt.Sprintf("n%02d", i))
+	}
+	if refused.Load() == 0 {
+		t.Fatal("no batch was refused: the test did not test the limit")
+	}
+	// After the first refusal, batches stay under half of it: at most
+	// one refused batch per worker that claimed before it.
+	if n := refused.Load(); n > 2 {
+		t.Fatalf("%d batches refused, want at most one per worker (2)", n)
+	}
+	under := 0
+	for _, l := range e.proxy.Log() {
+		if l.Request.Path == transport.BatchPath && len(l.Request.Body) <= limit {
+			under++
+		}
+	}
+	if under == 0 {
+		t.Fatal("no batch under the limit was sent after the refusal: the operations all went alone")
+	}
+}

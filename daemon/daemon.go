@@ -191,6 +191,7 @@ type Daemon struct {
 	batchMu       sync.Mutex
 	batchOffUntil time.Time // the remote had no batch route; single sends until then
 	batchWindow   int       // operations a claim takes now (batchWindow); 0 before the first batch
+	batchWireCap  int       // bytes a batch request may have after a 413 (batchTooLarge); 0: the remote's MaxBytes
 
 	puller    Puller        // nil: no pull
 	reader    RecordReader  // nil: no refresh

@@ -24,6 +24,20 @@ const BatchPath = "/v1/batch"
 // none. Nothing was applied; send the operations one by one.
 var ErrNoBatch = errors.New("transport: the remote has no batch route")
 
+// BatchTooLargeError: the remote answered a batch of two or more
+// operations 413 Content Too Large (a proxy in front of it, or a limit
+// lower than the one it advertises). Nothing was applied; the same
+// operations in smaller batches, or alone, may pass. Bytes is the
+// refused request body's size.
+type BatchTooLargeError struct {
+	Bytes      int
+	Operations int
+}
+
+func (e *BatchTooLargeError) Error() string {
+	return fmt.Sprintf("transport: the remote refused a batch of %d operations, %d bytes, as too large (413)", e.Operations, e.Bytes)
+}
+
 type batchOp struct {
 	IdempotencyKey string          `json:"idempotencyKey"`
 	Method         string          `json:"method"`
@@ -45,7 +59,10 @@ type batchResult struct {
 // its own outcome and is left out of the batch. When the batch request
 // fails as a whole (no answer, a 5xx, a 401), every item gets that
 // outcome, maybe applied as a lost single answer would be. It returns
-// ErrNoBatch, with no outcomes, when the remote has no batch route.
+// ErrNoBatch, with no outcomes, when the remote has no batch route, and
+// a *BatchTooLargeError when it refused a batch of several operations
+// with 413: a limit on the whole request says nothing of each item, so
+// the items are not failed with it.
 func (c *Client) SendBatch(ctx context.Context, rs []Request) ([]Outcome, error) {
 	outs := make([]Outcome, len(rs))
 	var (
@@ -144,6 +161,8 @@ func (c *Client) SendBatch(ctx context.Context, rs []Request) ([]Outcome, error)
 	switch {
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed:
 		return nil, ErrNoBatch
+	case resp.StatusCode == http.StatusRequestEntityTooLarge && len(ops) > 1:
+		return nil, &BatchTooLargeError{Bytes: len(payload), Operations: len(ops)}
 	case resp.StatusCode != http.StatusOK:
 		// The batch as a whole was answered (a 401, a 503, a 413): each
 		// item as if it had been answered so.

@@ -65,6 +65,17 @@ func TestSendBatch(t *testing.T) {
 	if _, err := newClient(t, newRemote(t, reply(404, "")), Config{}).SendBatch(context.Background(), rs[:2]); !errors.Is(err, ErrNoBatch) {
 		t.Fatalf("no route: %v", err)
 	}
+	// A 413 to a batch of several: nothing applied, no item failed for
+	// it; to a batch of one: that operation is too large, as alone.
+	var tooLarge *BatchTooLargeError
+	if _, err := newClient(t, newRemote(t, reply(413, "")), Config{}).SendBatch(context.Background(), rs[:2]); !errors.As(err, &tooLarge) ||
+		tooLarge.Operations != 2 || tooLarge.Bytes == 0 {
+		t.Fatalf("whole-batch 413: %v", err)
+	}
+	outs, err = newClient(t, newRemote(t, reply(413, "")), Config{}).SendBatch(context.Background(), rs[:1])
+	if err != nil || outs[0].Decision != NeedsUserAction || outs[0].Code != CodeRejected {
+		t.Fatalf("413 to a batch of one: %+v %v", outs, err)
+	}
 	// A 200 that does not answer each item: retry, maybe applied.
 	outs, _ = newClient(t, newRemote(t, reply(200, `{"results":[]}`)), Config{}).SendBatch(context.Background(), rs[:2])
 	if outs[0].Decision != Retry {

@@ -42,6 +42,12 @@ export interface LiveOptions<T, K extends string = string> {
   filter?: Partial<T> | ((e: Entity<T, K>) => boolean);
   /** Default: by id, the daemon's order. */
   orderBy?: OrderBy<T, K>;
+  /**
+   * Only the entity with this id (useEntity): it is read with get, and
+   * only its events are followed; the list is empty while it does not
+   * exist (or is deleted, or fails the other filters).
+   */
+  id?: string;
   /** The callback form: called with the first result and after every change. */
   onChange?: (result: LiveResult<T, K>) => void;
   /** Called when the query ends for good (a revoked token, a type not granted); the iterator then throws it. */
@@ -94,6 +100,7 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
   private async start(): Promise<void> {
     try {
       const st = await this.persist(() => this.client.status());
+      if (this.closed) return; // closed between the answer and here
       this.seq = st.lastEventSeq;
       this.sub = this.client.subscribe({
         since: st.lastEventSeq,
@@ -102,6 +109,7 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
         minDelayMs: this.opts.minDelayMs,
         maxDelayMs: this.opts.maxDelayMs,
         onEvent: (e) => {
+          if (this.opts.id !== undefined && e.type !== "resync" && e.entityId !== this.opts.id) return;
           this.events.push(e);
           void this.pump();
         },
@@ -144,6 +152,11 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
   }
 
   private async readAll(): Promise<void> {
+    if (this.opts.id !== undefined) {
+      this.rows = new Map();
+      await this.readOne(this.opts.id);
+      return;
+    }
     const rows = new Map<string, Entity<T, K>>();
     const q = this.opts.syncState === undefined ? {} : { syncState: this.opts.syncState };
     for await (const e of this.client.all(this.type, q)) {
@@ -201,8 +214,13 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
     for (;;) {
       if (this.closed) throw closedErr;
       try {
-        return await fn();
+        const r = await fn();
+        // Closed while it ran: go no further (no subscription opened
+        // after close, no result emitted).
+        if (this.closed) throw closedErr;
+        return r;
       } catch (err) {
+        if (err === closedErr) throw err;
         if (this.closed) throw closedErr;
         const transient = err instanceof SyncdError && (err.code === "daemon_unreachable" || err.code === "shutting_down");
         if (!transient) throw err;
@@ -256,7 +274,8 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
   }
 }
 
-function compare<T, K extends string>(o: OrderBy<T, K> | undefined): (a: Entity<T, K>, b: Entity<T, K>) => number {
+/** The comparison of an OrderBy (ties by id). */
+export function compare<T, K extends string>(o: OrderBy<T, K> | undefined): (a: Entity<T, K>, b: Entity<T, K>) => number {
   const byId = (a: Entity<T, K>, b: Entity<T, K>) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
   if (o === undefined) return byId;
   if (typeof o === "function") return (a, b) => o(a, b) || byId(a, b);

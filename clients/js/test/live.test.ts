@@ -5,30 +5,12 @@ import { describe, it } from "node:test";
 import WebSocket from "ws";
 import { SyncdClient, type LiveQuery, type LiveResult } from "../src/index.js";
 import { startDaemon, startServer } from "./daemon.js";
+import { next } from "./wait.js";
 
 interface Note {
   title: string;
 }
 type Result = LiveResult<Note, "note">;
-
-const last = new WeakMap<AsyncIterator<Result>, Result>();
-
-/**
- * The live list once pred holds of it: the latest result when it already
- * does, else the first later one that does (results between are passed
- * over; a result may show several changes at once).
- */
-async function next(q: AsyncIterator<Result>, what: string, pred: (r: Result) => boolean): Promise<Result> {
-  const seen = last.get(q);
-  if (seen && pred(seen)) return seen;
-  for (;;) {
-    const r = await q.next();
-    if (r.done) throw new Error(`the live query ended before ${what}`);
-    if (process.env.SYNCD_JS_DEBUG) console.error(what, r.value.reason, r.value.seq, JSON.stringify(r.value.items.map((e) => [e.id, e.syncState, e.data])));
-    last.set(q, r.value);
-    if (pred(r.value)) return r.value;
-  }
-}
 
 const row = (r: Result, id: string) => r.items.find((e) => e.id === id);
 

@@ -7,11 +7,10 @@
 // only this entry point imports it.
 
 import { createContext, createElement, useContext, useMemo, useSyncExternalStore, type ReactNode } from "react";
-import { SyncdError } from "./errors.js";
 import type { SyncdClient } from "./index.js";
 import { compare, LiveQuery, type LiveOptions, type LiveResult, type OrderBy } from "./live.js";
-import type { Subscription } from "./events.js";
-import type { Data, Entity, EntityType, OperationState, Schema, Status } from "./types.js";
+import type { StatusState, StatusWatch, SyncStatus } from "./status.js";
+import type { Data, Entity, EntityType, Schema, Status } from "./types.js";
 
 // ---- the client in context ----
 
@@ -63,28 +62,6 @@ export interface LiveEntity<T = Data, K extends string = string> {
   /** The entity; undefined while loading, when there is none (or it is deleted), or when no id was given. */
   entity: Entity<T, K> | undefined;
   loading: boolean;
-  error: unknown;
-}
-
-/**
- * The daemon's sync state, as an app shows it:
- * - "online": the daemon reaches the server;
- * - "offline": it does not (no network, the server down), or has not tried yet;
- * - "paused": sending waits for the user or a fix (`status.pauseReason`:
- *   signed_out, session_refresh_needed, remote_misconfigured);
- * - "unreachable": the daemon itself does not answer (not running, restarting).
- */
-export type StatusState = "online" | "offline" | "paused" | "unreachable";
-
-/** What useSyncStatus gives. */
-export interface SyncStatus {
-  /** undefined while loading. */
-  state: StatusState | undefined;
-  loading: boolean;
-  /** The daemon's last answer (kept while it is unreachable). */
-  status: Status | undefined;
-  /** Operations per state (for an app token: its types'); all 0 while loading. */
-  counts: Record<OperationState, number>;
   error: unknown;
 }
 
@@ -180,74 +157,23 @@ class ListStore<T, K extends string> extends RunningStore<LiveList<T, K>> {
   }
 }
 
-/** The daemon's status, read at start, on each event that may change it, and when the stream comes back. */
+/** A StatusWatch while the store has subscribers. */
 class StatusStore extends RunningStore<SyncStatus> {
-  private sub: Subscription | undefined;
-  private reading = false;
-  private again = false;
-  private closed = true;
-  /** Bumped when the stream drops: a read begun before says nothing of now. */
-  private epoch = 0;
+  private watch: StatusWatch | undefined;
 
   constructor(private readonly client: SyncdClient, private readonly delays: { minDelayMs?: number; maxDelayMs?: number }) {
-    super({ state: undefined, loading: true, status: undefined, counts: zeroCounts, error: undefined });
+    super({ state: undefined, loading: true, status: undefined, counts: { pending: 0, sending: 0, retry_waiting: 0, permanent_failed: 0, done: 0 }, error: undefined });
   }
 
   protected open(): void {
-    this.closed = false;
-    this.sub = this.client.subscribe({
-      type: ["operation.state", "queue.totals", "connectivity.changed", "session.", "remote.", "account.purged"],
-      ...this.delays,
-      onEvent: () => void this.read(),
-      onOpen: () => void this.read(),
-      onDisconnect: () => {
-        this.epoch++;
-        if (this.snap.state !== "unreachable") this.set({ ...this.snap, state: "unreachable", loading: false });
-      },
-      onError: (err) => this.set({ ...this.snap, loading: false, error: err }),
-    }) as unknown as Subscription;
-    void this.read();
+    this.watch = this.client.watchStatus({ ...this.delays, onChange: (s) => this.set(s) });
   }
 
   protected shut(): void {
-    this.closed = true;
-    this.sub?.close();
-    this.sub = undefined;
-  }
-
-  /** Reads the status; one read at a time, and one more when asked meanwhile. */
-  private async read(): Promise<void> {
-    if (this.reading) {
-      this.again = true;
-      return;
-    }
-    this.reading = true;
-    try {
-      do {
-        this.again = false;
-        const epoch = this.epoch;
-        try {
-          const st = await this.client.status();
-          if (this.closed || epoch !== this.epoch) continue;
-          const state: StatusState = st.paused ? "paused" : st.online ? "online" : "offline";
-          this.set({ state, loading: false, status: st, counts: st.counts, error: undefined });
-        } catch (err) {
-          if (this.closed) return;
-          if (err instanceof SyncdError && (err.code === "daemon_unreachable" || err.code === "shutting_down")) {
-            // The stream's reconnect reads it again when the daemon is back.
-            if (this.snap.state !== "unreachable") this.set({ ...this.snap, state: "unreachable", loading: false });
-          } else {
-            this.set({ ...this.snap, loading: false, error: err });
-          }
-        }
-      } while (this.again && !this.closed);
-    } finally {
-      this.reading = false;
-    }
+    this.watch?.close();
+    this.watch = undefined;
   }
 }
-
-const zeroCounts: Record<OperationState, number> = { pending: 0, sending: 0, retry_waiting: 0, permanent_failed: 0, done: 0 };
 
 const idle: LiveEntity<never, never> = { entity: undefined, loading: false, error: undefined };
 const idleStore: Store<LiveEntity<never, never>> = { subscribe: () => () => {}, getSnapshot: () => idle };
@@ -373,4 +299,4 @@ export function useSyncStatus<S extends Schema>(client?: SyncdClient<S>, opts: {
   return useSyncExternalStore(store.subscribe, store.getSnapshot, store.getSnapshot);
 }
 
-export type { Entity, LiveResult, OrderBy, Status };
+export type { Entity, LiveResult, OrderBy, Status, StatusState, SyncStatus };

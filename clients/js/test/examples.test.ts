@@ -55,17 +55,23 @@ describe("the example app", () => {
   it("the Node script lists, adds, edits and follows the sync state", { timeout: 60000 }, async () => {
     const d = await startDaemon();
     const admin = new SyncdClient<{ note: { title: string } }>({ addr: d.addr, token: d.token, WebSocket });
-    await admin.setSession("alice", "alice.dev");
     const env = { SYNCD_DATA_DIR: d.dataDir, SYNCD_ADDR: d.addr };
     const script = join(examples, "notes.js");
     let watch: Proc | undefined;
     try {
-      // add: it writes, then follows the note until it is synced, and exits.
-      const add = run([script, "add", "Buy milk"], env);
+      // Not signed in: it says so by the error's code.
+      const signedOut = run([script, "add", "Buy milk"], env);
+      assert.equal(await signedOut.exited, 1);
+      assert.match(signedOut.out, /^notes: no_session: /m);
+
+      // add, signing the user in first: it writes, then follows the note
+      // until it is synced, and exits.
+      const add = run([script, "--account", "alice", "--access-token", "alice.1", "add", "Buy milk"], env);
       const id = (await add.wait(/^added (\S+)$/))[1]!;
       await add.wait(new RegExp(`^  ${id}  (pending|synced) +Buy milk$`));
       await add.wait(new RegExp(`^${id} is synced$`));
       assert.equal(await add.exited, 0, add.out);
+      assert.equal((await admin.status()).accountId, "alice");
       assert.match(add.out, /^sync: online, \d+ to send, 0 failed$/m);
 
       // edit, the same.

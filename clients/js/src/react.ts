@@ -14,12 +14,10 @@ import type { Data, Entity, EntityType, Schema, Status } from "./types.js";
 
 // ---- the client in context ----
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 const ClientContext = createContext<SyncdClient<any> | null>(null);
 
 export interface SyncdProviderProps {
   /** The client the hooks below use when they are not given one. */
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
   client: SyncdClient<any>;
   children?: ReactNode;
 }
@@ -257,7 +255,6 @@ function useLive(client: AnyClient, types: string[], opts: ListHookOptions<Data>
     if (orderBy !== undefined && typeof orderBy !== "function") o.orderBy = orderBy;
     return new ListStore<Data, string>(client as unknown as SyncdClient, types, o);
     // The key stands for the options' values.
-    // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [client, key]);
   const r = useSyncExternalStore(store.subscribe, store.getSnapshot, store.getSnapshot);
   return useApplied(r, opts);

@@ -50,7 +50,8 @@ export interface LiveList<T = Data, K extends string = string> {
   /**
    * Set when the query ended for good (the app's token was revoked, the
    * type is not granted): a SyncdError. A daemon that is down is not an
-   * error: the list stays as it was and is read again when it is back.
+   * error: the list stays as it was and is read again when it is back;
+   * nor is nobody signed in: the list is empty until an account is.
    */
   error: unknown;
 }

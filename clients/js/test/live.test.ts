@@ -153,4 +153,34 @@ describe("a live list against real daemons", () => {
       await d.stop();
     }
   });
+  it("follows the account signed in: empty signed out, another account's list, and back", { timeout: 60000 }, async () => {
+    const d = await startDaemon();
+    const c = new SyncdClient<{ note: Note }>({ addr: d.addr, token: d.token, WebSocket });
+    const live = c.live("note", { minDelayMs: 50, maxDelayMs: 500 });
+    const q = live[Symbol.asyncIterator]();
+    try {
+      // Nobody signed in: an empty list, not an error.
+      const first = await next(q, "the first result", () => true);
+      assert.deepEqual(first.items, []);
+      await c.setSession("alice", "alice.1");
+      await c.create("note", { title: "alice's" }, { id: "a1" });
+      // Synced: no event of a1 is to come, only the session's can change the list.
+      await next(q, "alice's note synced", (r) => r.items.length === 1 && r.items[0]!.syncState === "synced");
+      // Another account signs in on this device: its list, not alice's.
+      await c.setSession("bob", "bob.1");
+      const bob = await next(q, "bob's (empty) list", (r) => r.items.length === 0);
+      assert.equal(bob.reason, "resync");
+      await c.create("note", { title: "bob's" }, { id: "b1" });
+      await next(q, "bob's note synced", (r) => r.items.length === 1 && r.items[0]!.id === "b1" && r.items[0]!.syncState === "synced");
+      await c.logout();
+      const out = await next(q, "signed out", (r) => r.items.length === 0);
+      assert.equal(out.reason, "resync");
+      await c.setSession("alice", "alice.2");
+      const back = await next(q, "alice's list again", (r) => r.items.length > 0);
+      assert.deepEqual(back.items.map((e) => e.id), ["a1"]);
+    } finally {
+      live.close();
+      await d.stop();
+    }
+  });
 });

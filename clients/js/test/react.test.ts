@@ -185,6 +185,28 @@ describe("the React hooks against real daemons", () => {
       await server.stop();
     }
   });
+  it("mounted before anyone signed in, show the list once an account does", { timeout: 60000 }, async () => {
+    const d = await startDaemon();
+    const c = new SyncdClient<Schema>({ addr: d.addr, token: d.token, WebSocket });
+    const rec = new Recorder<View>();
+    const r = mount(c, rec);
+    try {
+      const out = await rec.until((v) => !v.list.loading && v.status.state === "paused");
+      assert.deepEqual(out.list.items, []);
+      assert.equal(out.list.error, undefined, "signed out is an empty list, not an error");
+      assert.equal(out.status.status?.pauseReason, "signed_out");
+      await c.setSession("alice", "alice.1");
+      await c.create("note", { title: "first" }, { id: "n1" });
+      const v = await rec.until((x) => x.n1.entity?.syncState === "synced" && row(x, "n1")?.syncState === "synced" && x.status.state === "online");
+      assert.equal(v.list.error, undefined);
+      assert.deepEqual(shown(r), ["first (synced)"]);
+      assert.deepEqual(errors, []);
+    } finally {
+      r.unmount();
+      await d.stop();
+    }
+  });
+
   it("leave no socket, timer or request behind when unmounted, in StrictMode, the daemon up or down", { timeout: 120000 }, async () => {
     // Real sockets and timers, counted: a WebSocket class that is the ws
     // package's, a fetch that is the platform's, and setTimeout and
@@ -264,16 +286,19 @@ describe("the React hooks against real daemons", () => {
       const rec = new Recorder<View>();
       const r = mount(c, rec);
       await rec.until((v) => v.list.items.length === 1 && v.n1.entity !== undefined && !v.conflicts.loading && v.status.state !== undefined);
+      // One event stream per hook (list, entity, conflicts, status), and
+      // one of session events that the client's live queries share.
+      const streams = 5;
       await new Promise<void>((res) => {
         changed = () => {
-          if (sockets.filter((s) => s.readyState === WebSocket.OPEN).length === 4) res();
+          if (sockets.filter((s) => s.readyState === WebSocket.OPEN).length === streams) res();
         };
         changed();
       });
-      assert.equal(sockets.length, 4, "one event stream per hook: list, entity, conflicts, status");
+      assert.equal(sockets.length, streams, "one event stream per hook, and the shared session stream");
       r.unmount();
       await quiet();
-      assert.equal(sockets.length, 4, "none opened after the unmount");
+      assert.equal(sockets.length, streams, "none opened after the unmount");
 
       // Down: every hook is retrying (reads waiting to be sent again,
       // streams waiting to reconnect) when the component goes.
@@ -283,7 +308,7 @@ describe("the React hooks against real daemons", () => {
       await rec2.until((v) => v.status.state === "unreachable");
       await new Promise<void>((res) => {
         changed = () => {
-          if (sockets.length >= 4 + 2) res(); // the status stream tried twice (the lists wait for a first read)
+          if (sockets.length >= streams + 2) res(); // the status stream tried twice (the lists wait for a first read)
         };
         changed();
       });

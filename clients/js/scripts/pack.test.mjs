@@ -2,7 +2,9 @@
 // pack:tarball` built it from the clone), the tarball installed into a
 // scratch project with ws and the lockfile's TypeScript, a script
 // type-checked with strict tsc against the installed declarations, then
-// run against a live daemon built from this repository.
+// run against a live daemon built from this repository; then react
+// installed beside it and a component using the hooks subpath
+// (@syncd/client/react) type-checked and loaded.
 //
 // Run: npm run test:pack (from clients/js; needs go and the npm registry).
 
@@ -51,6 +53,32 @@ try {
 console.log(JSON.stringify({ created: n.data?.title, states: seen.map((e) => e.syncState), listed, code }));
 `;
 
+// The hooks, once react is installed beside the package (an optional
+// peer): typed through the client's schema map, in JSX.
+const hooks = `
+import { createClient } from "@syncd/client";
+import { SyncdProvider, useConflicts, useEntity, useList, useSyncStatus } from "@syncd/client/react";
+
+interface Note { title: string; done?: boolean }
+const client = createClient<{ note: Note }>({ token: "t" });
+
+function Notes() {
+  const { items, loading } = useList(client, "note", { orderBy: "title", filter: { done: false } });
+  const { entity } = useEntity(client, "note", "n1");
+  const conflicts = useConflicts(client, "note");
+  const { state, counts } = useSyncStatus();
+  if (loading) return <p>loading</p>;
+  return (
+    <ul data-state={state} data-pending={counts.pending} data-conflicts={conflicts.items.length} data-first={entity?.data?.title}>
+      {items.map((e) => <li key={e.id}>{e.data?.title} ({e.syncState})</li>)}
+    </ul>
+  );
+}
+
+export const app = <SyncdProvider client={client}><Notes /></SyncdProvider>;
+console.log(JSON.stringify({ hooks: [useList, useEntity, useConflicts, useSyncStatus].map((f) => typeof f), provider: typeof SyncdProvider }));
+`;
+
 it("packs, installs into a scratch project, type-checks and runs against a live daemon", async () => {
   const scratch = mkdtempSync(join(tmpdir(), "syncd-js-pack-"));
   const d = await startDaemon();
@@ -60,6 +88,8 @@ it("packs, installs into a scratch project, type-checks and runs against a live 
     assert.ok(tgz, "npm pack wrote a tarball");
     const listing = execFileSync("tar", ["-tzf", join(scratch, tgz)], { encoding: "utf8" });
     assert.match(listing, /package\/dist\/src\/index\.d\.ts/);
+    assert.match(listing, /package\/dist\/src\/react\.js/);
+    assert.match(listing, /package\/dist\/src\/react\.d\.ts/);
     assert.doesNotMatch(listing, /package\/dist\/test\//, "the tests stay out of the package");
 
     writeFileSync(join(scratch, "package.json"), JSON.stringify({ name: "scratch-app", private: true, type: "module" }));
@@ -78,6 +108,18 @@ it("packs, installs into a scratch project, type-checks and runs against a live 
       env: { ...process.env, SYNCD_DATA_DIR: d.dataDir, SYNCD_ADDR: d.addr },
     });
     assert.deepEqual(JSON.parse(out.trim()), { created: "from the tarball", states: ["pending", "synced"], listed: "from the tarball", code: "not_found" });
+
+    // The main entry above compiled and ran without react; now the hooks
+    // subpath, with react and its types installed as an app would.
+    execFileSync("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", pinned("react"), pinned("@types/react")], { cwd: scratch, stdio: "inherit" });
+    writeFileSync(join(scratch, "hooks.tsx"), hooks);
+    writeFileSync(join(scratch, "tsconfig.hooks.json"), JSON.stringify({
+      compilerOptions: { target: "ES2022", module: "NodeNext", moduleResolution: "NodeNext", strict: true, jsx: "react-jsx", outDir: "out", types: ["node"] },
+      files: ["hooks.tsx"],
+    }));
+    execFileSync(process.execPath, [join(scratch, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.hooks.json"], { cwd: scratch, stdio: "inherit" });
+    const hooksOut = execFileSync(process.execPath, [join(scratch, "out", "hooks.js")], { cwd: scratch, encoding: "utf8" });
+    assert.deepEqual(JSON.parse(hooksOut.trim()), { hooks: ["function", "function", "function", "function"], provider: "function" });
   } finally {
     await d.stop();
     rmSync(scratch, { recursive: true, force: true });

@@ -44,6 +44,12 @@ export interface SubscribeOptions<F extends EventFilter = EventFilter, K extends
   onError?: (err: SyncdError) => void;
   /** Called each time the stream is (re)connected. */
   onOpen?: () => void;
+  /**
+   * Called each time the stream's connection ends or fails to open (the
+   * daemon stopped or restarts) before it reconnects by itself; not
+   * after close().
+   */
+  onDisconnect?: () => void;
   /** The first reconnect wait, doubled up to maxDelayMs (default 100, 5000). */
   minDelayMs?: number;
   maxDelayMs?: number;
@@ -126,6 +132,7 @@ export class Subscription<E extends SyncEvent = SyncEvent> implements AsyncItera
         this.fail(new SyncdError(401, "token_revoked", ev.reason || "this app's token was revoked"));
         return;
       }
+      this.opts.onDisconnect?.();
       this.timer = setTimeout(() => this.connect(), this.delay);
       this.delay = Math.min(this.delay * 2, this.opts.maxDelayMs ?? 5000);
     };

@@ -7,6 +7,7 @@
 import { neverSent, SyncdError, toError, unreachable } from "./errors.js";
 import { Subscription, type Dialer, type SubscribeOptions, type WebSocketConstructor } from "./events.js";
 import { LiveQuery, type LiveOptions } from "./live.js";
+import { StatusWatch, type StatusWatchOptions } from "./status.js";
 import type {
   AnySchema, App, BatchWrite, Data, Entity, EntityType, EventFilter, EventOf, List, MergePatch, Operation,
   OperationState, Resolution, Schema, Side, Status, SyncState, Version,
@@ -15,6 +16,7 @@ export * from "./types.js";
 export { SyncdError, type SyncdErrorCode } from "./errors.js";
 export { CLOSE_REVOKED, Subscription, type SubscribeOptions, type WebSocketConstructor, type WebSocketLike } from "./events.js";
 export { LiveQuery, type LiveOptions, type LiveResult, type OrderBy } from "./live.js";
+export { StatusWatch, type StatusState, type StatusWatchOptions, type SyncStatus } from "./status.js";
 
 export interface ClientOptions {
   /** The daemon's address, host:port (default 127.0.0.1:7419), or a base URL. */
@@ -306,6 +308,16 @@ export class SyncdClient<S extends Schema = AnySchema> {
   live<T extends object>(type: EntityType<S>, opts?: LiveOptions<T>): LiveQuery<T>;
   live(type: string, opts: object = {}): unknown {
     return new LiveQuery<Data>(this as unknown as SyncdClient, type, opts as LiveOptions<Data>);
+  }
+
+  /**
+   * The daemon's sync state (online, offline, paused, unreachable) and
+   * counts, kept current: read at once, again on each event that may
+   * change it, and when the daemon is back after a restart. `current` is
+   * the latest; onChange is called with each; close() ends it.
+   */
+  watchStatus(opts: StatusWatchOptions = {}): StatusWatch {
+    return new StatusWatch(this as unknown as SyncdClient, opts);
   }
 
   private dialer(): Dialer {

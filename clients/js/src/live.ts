@@ -8,8 +8,12 @@
 // list, whatever the order in which reads and events crossed. The stream
 // resumes after the last event across reconnects (a daemon restart, a
 // SIGKILL); a resync (the events asked for are gone, or the daemon's data
-// was replaced) makes it read the whole list again. While the daemon
-// cannot be reached, reads are tried again with backoff.
+// was replaced) makes it read the whole list again, and so does a change
+// of the account signed in (entities are the account's: another account,
+// or none, is another list), which a second stream, of session events,
+// shared by the client's live queries, tells. Signed out, the list is
+// empty until an account signs in. While the daemon cannot be reached,
+// reads are tried again with backoff.
 
 import { SyncdError } from "./errors.js";
 import type { SyncdClient } from "./index.js";
@@ -42,6 +46,12 @@ export interface LiveOptions<T, K extends string = string> {
   filter?: Partial<T> | ((e: Entity<T, K>) => boolean);
   /** Default: by id, the daemon's order. */
   orderBy?: OrderBy<T, K>;
+  /**
+   * Only the entity with this id (useEntity): it is read with get, and
+   * only its events are followed; the list is empty while it does not
+   * exist (or is deleted, or fails the other filters).
+   */
+  id?: string;
   /** The callback form: called with the first result and after every change. */
   onChange?: (result: LiveResult<T, K>) => void;
   /** Called when the query ends for good (a revoked token, a type not granted); the iterator then throws it. */
@@ -56,11 +66,13 @@ export interface LiveResult<T, K extends string = string> {
   items: Entity<T, K>[];
   /** The seq of the last event the list reflects. */
   seq: number;
-  /** initial: the first read; change: entity events; resync: the whole list read again. */
+  /** initial: the first read; change: entity events; resync: the whole list read again (a resync event, or the account signed in changed). */
   reason: "initial" | "change" | "resync";
 }
 
 type EntityEvent = EventOf<"entity.">;
+/** The account signed in changed (session.changed, session.logged_out, account.purged): read the whole list again. */
+type SessionMark = { type: "session" };
 
 const closedErr = new Error("syncd: live query closed");
 
@@ -70,7 +82,8 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
   current: LiveResult<T, K> | undefined;
   private rows = new Map<string, Entity<T, K>>();
   private sub: Subscription<EntityEvent> | undefined;
-  private events: EntityEvent[] = [];
+  private events: (EntityEvent | SessionMark)[] = [];
+  private unwatch: (() => void) | undefined;
   private ready = false;
   private working = false;
   private closed = false;
@@ -94,6 +107,7 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
   private async start(): Promise<void> {
     try {
       const st = await this.persist(() => this.client.status());
+      if (this.closed) return; // closed between the answer and here
       this.seq = st.lastEventSeq;
       this.sub = this.client.subscribe({
         since: st.lastEventSeq,
@@ -102,11 +116,16 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
         minDelayMs: this.opts.minDelayMs,
         maxDelayMs: this.opts.maxDelayMs,
         onEvent: (e) => {
+          if (this.opts.id !== undefined && e.type !== "resync" && e.entityId !== this.opts.id) return;
           this.events.push(e);
           void this.pump();
         },
         onError: (err) => this.fail(err),
       });
+      this.unwatch = sessionWatch(this.client).add(st.lastEventSeq, () => {
+        this.events.push({ type: "session" });
+        void this.pump();
+      }, this.opts);
       await this.persist(() => this.readAll());
       this.ready = true;
       this.emit("initial");
@@ -123,17 +142,18 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
     try {
       while (this.events.length > 0 && !this.closed) {
         const run = this.events.splice(0);
-        const last = run[run.length - 1]!;
-        if (run.some((e) => e.type === "resync")) {
+        let seq = this.seq;
+        for (const e of run) if (e.type !== "session") seq = e.seq;
+        if (run.some((e) => e.type === "resync" || e.type === "session")) {
           await this.persist(() => this.readAll());
-          this.seq = last.seq;
+          this.seq = seq;
           this.emit("resync");
           continue;
         }
         const ids = new Set<string>();
-        for (const e of run) if (e.type !== "resync") ids.add(e.entityId);
+        for (const e of run) if (e.type !== "resync" && e.type !== "session") ids.add(e.entityId);
         for (const id of ids) await this.persist(() => this.readOne(id));
-        this.seq = last.seq;
+        this.seq = seq;
         this.emit("change");
       }
     } catch (err) {
@@ -144,11 +164,21 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
   }
 
   private async readAll(): Promise<void> {
+    if (this.opts.id !== undefined) {
+      this.rows = new Map();
+      await this.readOne(this.opts.id);
+      return;
+    }
     const rows = new Map<string, Entity<T, K>>();
     const q = this.opts.syncState === undefined ? {} : { syncState: this.opts.syncState };
-    for await (const e of this.client.all(this.type, q)) {
-      const en = e as unknown as Entity<T, K>;
-      if (this.passes(en)) rows.set(en.id, en);
+    try {
+      for await (const e of this.client.all(this.type, q)) {
+        const en = e as unknown as Entity<T, K>;
+        if (this.passes(en)) rows.set(en.id, en);
+      }
+    } catch (err) {
+      if (!signedOut(err)) throw err;
+      rows.clear(); // nobody signed in: nothing to list until a session event
     }
     this.rows = rows;
   }
@@ -160,6 +190,10 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
     } catch (err) {
       if (err instanceof SyncdError && err.code === "not_found") {
         this.rows.delete(id);
+        return;
+      }
+      if (signedOut(err)) {
+        this.rows.clear();
         return;
       }
       throw err;
@@ -201,8 +235,13 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
     for (;;) {
       if (this.closed) throw closedErr;
       try {
-        return await fn();
+        const r = await fn();
+        // Closed while it ran: go no further (no subscription opened
+        // after close, no result emitted).
+        if (this.closed) throw closedErr;
+        return r;
       } catch (err) {
+        if (err === closedErr) throw err;
         if (this.closed) throw closedErr;
         const transient = err instanceof SyncdError && (err.code === "daemon_unreachable" || err.code === "shutting_down");
         if (!transient) throw err;
@@ -220,6 +259,7 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
     this.closed = true;
     this.failure = err;
     this.sub?.close();
+    this.unwatch?.();
     this.opts.onError?.(err);
     this.waiters.splice(0);
     for (const r of this.rejecters.splice(0)) r(err);
@@ -230,6 +270,7 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
     if (this.closed) return;
     this.closed = true;
     this.sub?.close();
+    this.unwatch?.();
     if (this.timer) clearTimeout(this.timer);
     this.wake?.();
     this.rejecters.splice(0);
@@ -256,7 +297,60 @@ export class LiveQuery<T = Data, K extends string = string> implements AsyncIter
   }
 }
 
-function compare<T, K extends string>(o: OrderBy<T, K> | undefined): (a: Entity<T, K>, b: Entity<T, K>) => number {
+function signedOut(err: unknown): boolean {
+  return err instanceof SyncdError && err.code === "no_session";
+}
+
+/**
+ * One stream of session events (session.changed, session.logged_out,
+ * account.purged) per client, shared by its live queries while any is
+ * open: the entity stream of a query is filtered to its type, which
+ * leaves out events of no entity type.
+ */
+class SessionWatch {
+  private listeners = new Set<() => void>();
+  private sub: Subscription | undefined;
+  constructor(private readonly client: SyncdClient) {}
+
+  /** Calls fn after each session event from `since` on (when it opens the stream) or from now; the answer removes it. */
+  add(since: number, fn: () => void, delays: { minDelayMs?: number; maxDelayMs?: number }): () => void {
+    this.listeners.add(fn);
+    if (!this.sub) {
+      this.sub = this.client.subscribe({
+        since,
+        type: ["session.", "account.purged"],
+        minDelayMs: delays.minDelayMs,
+        maxDelayMs: delays.maxDelayMs,
+        onEvent: () => {
+          for (const l of [...this.listeners]) l();
+        },
+        // A revoked token ends the queries' own streams too, and so them.
+        onError: () => {},
+      }) as unknown as Subscription;
+    }
+    let removed = false;
+    return () => {
+      if (removed) return;
+      removed = true;
+      this.listeners.delete(fn);
+      if (this.listeners.size === 0) {
+        this.sub?.close();
+        this.sub = undefined;
+      }
+    };
+  }
+}
+
+const sessionWatches = new WeakMap<SyncdClient, SessionWatch>();
+
+function sessionWatch(client: SyncdClient): SessionWatch {
+  let w = sessionWatches.get(client);
+  if (!w) sessionWatches.set(client, (w = new SessionWatch(client)));
+  return w;
+}
+
+/** The comparison of an OrderBy (ties by id). */
+export function compare<T, K extends string>(o: OrderBy<T, K> | undefined): (a: Entity<T, K>, b: Entity<T, K>) => number {
   const byId = (a: Entity<T, K>, b: Entity<T, K>) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
   if (o === undefined) return byId;
   if (typeof o === "function") return (a, b) => o(a, b) || byId(a, b);

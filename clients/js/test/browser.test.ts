@@ -1,11 +1,12 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { it } from "node:test";
 import { fileURLToPath } from "node:url";
+import { chromium, noChromium } from "./cdp.js";
 import { freePort, startDaemon } from "./daemon.js";
 
 // The built ESM file in a real browser (headless Chromium, Debian's
@@ -13,7 +14,6 @@ import { freePort, startDaemon } from "./daemon.js";
 // the client and receives its events over the WebSocket (the token in
 // the subprotocol); a page from a foreign origin is refused.
 
-const chromium = process.env.SYNCD_CHROMIUM ?? ["/usr/bin/chromium", "/usr/bin/chromium-browser"].find((p) => existsSync(p));
 const built = join(dirname(fileURLToPath(import.meta.url)), "..", "src");
 
 function page(addr: string, token: string): string {
@@ -91,14 +91,14 @@ async function runPage(allowed: boolean): Promise<Record<string, unknown>> {
   }
 }
 
-it("runs in a browser on an allowed origin", { skip: chromium ? false : "Chromium not found (Debian's chromium package; .ci/run installs it)" }, async () => {
+it("runs in a browser on an allowed origin", { skip: noChromium }, async () => {
   const got = await runPage(true);
   assert.equal(got.error, undefined, String(got.error));
   assert.equal(got.created, "web1");
   assert.deepEqual(got.seen, ["pending", "synced"]);
 });
 
-it("is refused on a foreign origin", { skip: chromium ? false : "Chromium not found" }, async () => {
+it("is refused on a foreign origin", { skip: noChromium }, async () => {
   const got = await runPage(false);
   // The daemon answers 403 forbidden_origin without CORS headers: the
   // browser does not let the page read it, and to the page that is no

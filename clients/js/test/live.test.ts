@@ -5,30 +5,12 @@ import { describe, it } from "node:test";
 import WebSocket from "ws";
 import { SyncdClient, type LiveQuery, type LiveResult } from "../src/index.js";
 import { startDaemon, startServer } from "./daemon.js";
+import { next } from "./wait.js";
 
 interface Note {
   title: string;
 }
 type Result = LiveResult<Note, "note">;
-
-const last = new WeakMap<AsyncIterator<Result>, Result>();
-
-/**
- * The live list once pred holds of it: the latest result when it already
- * does, else the first later one that does (results between are passed
- * over; a result may show several changes at once).
- */
-async function next(q: AsyncIterator<Result>, what: string, pred: (r: Result) => boolean): Promise<Result> {
-  const seen = last.get(q);
-  if (seen && pred(seen)) return seen;
-  for (;;) {
-    const r = await q.next();
-    if (r.done) throw new Error(`the live query ended before ${what}`);
-    if (process.env.SYNCD_JS_DEBUG) console.error(what, r.value.reason, r.value.seq, JSON.stringify(r.value.items.map((e) => [e.id, e.syncState, e.data])));
-    last.set(q, r.value);
-    if (pred(r.value)) return r.value;
-  }
-}
 
 const row = (r: Result, id: string) => r.items.find((e) => e.id === id);
 
@@ -168,6 +150,36 @@ describe("a live list against real daemons", () => {
     } finally {
       cb.close();
       await failed.return!();
+      await d.stop();
+    }
+  });
+  it("follows the account signed in: empty signed out, another account's list, and back", { timeout: 60000 }, async () => {
+    const d = await startDaemon();
+    const c = new SyncdClient<{ note: Note }>({ addr: d.addr, token: d.token, WebSocket });
+    const live = c.live("note", { minDelayMs: 50, maxDelayMs: 500 });
+    const q = live[Symbol.asyncIterator]();
+    try {
+      // Nobody signed in: an empty list, not an error.
+      const first = await next(q, "the first result", () => true);
+      assert.deepEqual(first.items, []);
+      await c.setSession("alice", "alice.1");
+      await c.create("note", { title: "alice's" }, { id: "a1" });
+      // Synced: no event of a1 is to come, only the session's can change the list.
+      await next(q, "alice's note synced", (r) => r.items.length === 1 && r.items[0]!.syncState === "synced");
+      // Another account signs in on this device: its list, not alice's.
+      await c.setSession("bob", "bob.1");
+      const bob = await next(q, "bob's (empty) list", (r) => r.items.length === 0);
+      assert.equal(bob.reason, "resync");
+      await c.create("note", { title: "bob's" }, { id: "b1" });
+      await next(q, "bob's note synced", (r) => r.items.length === 1 && r.items[0]!.id === "b1" && r.items[0]!.syncState === "synced");
+      await c.logout();
+      const out = await next(q, "signed out", (r) => r.items.length === 0);
+      assert.equal(out.reason, "resync");
+      await c.setSession("alice", "alice.2");
+      const back = await next(q, "alice's list again", (r) => r.items.length > 0);
+      assert.deepEqual(back.items.map((e) => e.id), ["a1"]);
+    } finally {
+      live.close();
       await d.stop();
     }
   });

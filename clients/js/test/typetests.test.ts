@@ -24,7 +24,7 @@ function typecheck(project: string): string {
 
 it("compiles the typed usage and the README's examples under strict tsc", () => {
   const readme = readFileSync(join(root, "README.md"), "utf8");
-  const blocks = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
+  const blocks = [...readme.matchAll(/```(tsx?)\n([\s\S]*?)```/g)].map((m) => ({ ext: m[1]!, code: m[2]! }));
   assert.ok(blocks.length >= 3, "the README has ts examples");
   const dir = join(root, "typetests", ".readme");
   rmSync(dir, { recursive: true, force: true });
@@ -32,7 +32,7 @@ it("compiles the typed usage and the README's examples under strict tsc", () => 
   // Each block a module of its own; one without imports continues the
   // session above it: `c` is a client.
   const session = 'import type { SyncdClient } from "@syncd/client";\ndeclare const c: SyncdClient;\n';
-  blocks.forEach((b, i) => writeFileSync(join(dir, `block${i}.ts`), (b.includes("import ") ? b : session + b) + "\nexport {};\n"));
+  blocks.forEach((b, i) => writeFileSync(join(dir, `block${i}.${b.ext}`), (b.code.includes("import ") ? b.code : session + b.code) + "\nexport {};\n"));
   const out = typecheck("typetests/tsconfig.json");
   assert.equal(out, "", out);
 });
@@ -40,7 +40,7 @@ it("compiles the typed usage and the README's examples under strict tsc", () => 
 it("refuses what must not compile, each where it is marked", () => {
   const out = typecheck("typetests/tsconfig.fail.json");
   const got = new Set<string>();
-  for (const m of out.matchAll(/^(\S+\.ts)\((\d+),\d+\): error (TS\d+)/gm)) got.add(`${m[1]}:${m[2]} ${m[3]}`);
+  for (const m of out.matchAll(/^(\S+\.tsx?)\((\d+),\d+\): error (TS\d+)/gm)) got.add(`${m[1]}:${m[2]} ${m[3]}`);
   const want = new Set<string>();
   const dir = join(root, "typetests", "fail");
   for (const f of readdirSync(dir)) {

@@ -189,7 +189,7 @@ func (s *Server) serveUI(w *panicWriter, r *http.Request, apiMux *http.ServeMux)
 	}
 	s.gate.authenticated(r)
 	if strings.HasPrefix(p, uiAPIPrefix+"/") {
-		s.dispatch(w, uiAPIRequest(r), apiMux, nil)
+		s.dispatch(w, withUISession(uiAPIRequest(r), id, sess), apiMux, nil)
 		return
 	}
 	if pattern == "" {
@@ -237,6 +237,32 @@ func withUISession(r *http.Request, id string, sess uiSession) *http.Request {
 func uiSessionFrom(r *http.Request) uiSessionCtx {
 	c, _ := r.Context().Value(uiSessionKey{}).(uiSessionCtx)
 	return c
+}
+
+// uiStreamEnd returns, for an event stream the page opened through
+// /ui/api, a channel closed when its session ends: signed out, ended
+// by a newer sign-in past MaxUISessions, or expired (then the stream
+// gets CloseSessionEnded). The watch ends with stop, which the handler
+// calls when it returns. Nil for any other stream.
+func (s *Server) uiStreamEnd(r *http.Request) (end <-chan struct{}, stop func()) {
+	c := uiSessionFrom(r)
+	if c.sess.ended == nil {
+		return nil, func() {}
+	}
+	ch := make(chan struct{})
+	done := make(chan struct{})
+	t := time.NewTimer(max(0, c.sess.expires.Sub(s.ui.now())))
+	go func() {
+		defer t.Stop()
+		select {
+		case <-c.sess.ended:
+		case <-t.C:
+		case <-done:
+			return
+		}
+		close(ch)
+	}()
+	return ch, func() { close(done) }
 }
 
 // isLoopbackHost reports whether a Host header names the loopback

@@ -2,6 +2,7 @@ package localapi
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -562,6 +563,43 @@ func TestUIEventsWebSocket(t *testing.T) {
 		if ev.EntityID == "live" {
 			break
 		}
+	}
+	// Signing out ends the page's streams: 4401, session_ended.
+	if r := e.write("POST", "/ui/logout", "", sess, e.csrf(sess)); r.status != http.StatusNoContent {
+		t.Fatalf("logout: %d %s", r.status, r.raw)
+	}
+	for {
+		_, _, err := c.ReadMessage()
+		if err == nil {
+			continue // events sent before the close
+		}
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != CloseRevoked || !strings.HasPrefix(ce.Text, "session_ended") {
+			t.Fatalf("after logout: %v, want close %d session_ended", err, CloseRevoked)
+		}
+		break
+	}
+
+	// A stream opened a millisecond before its session expires closes
+	// when it does.
+	sess2 := e.signIn()
+	e.clock.Add(UISessionLifetime - time.Millisecond)
+	c2, _, err := dial(http.Header{"Origin": {e.origin()}, "Cookie": {UICookieName + "=" + sess2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, _, err := c2.ReadMessage()
+		if err == nil {
+			continue
+		}
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != CloseRevoked {
+			t.Fatalf("at expiry: %v, want close %d", err, CloseRevoked)
+		}
+		break
 	}
 }
 

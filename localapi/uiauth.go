@@ -37,6 +37,10 @@ var errTooManyLinks = errors.New("localapi: too many sign-in links outstanding")
 type uiSession struct {
 	csrf    string
 	expires time.Time
+	// ended is closed when the session ends before it expires: a
+	// sign-out, or a newer sign-in past MaxUISessions. The page's event
+	// streams close with it.
+	ended chan struct{}
 }
 
 // uiAuth keeps the sign-in codes and the sessions of the status page, in
@@ -111,19 +115,20 @@ func (a *uiAuth) redeem(code string) (id string, s uiSession, ok bool, err error
 		return "", s, false, err
 	}
 	s.expires = now.Add(UISessionLifetime)
+	s.ended = make(chan struct{})
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var first [32]byte
 	var firstExp time.Time
 	for k, o := range a.sessions {
 		if !now.Before(o.expires) {
-			delete(a.sessions, k)
+			a.dropLocked(k)
 		} else if firstExp.IsZero() || o.expires.Before(firstExp) {
 			first, firstExp = k, o.expires
 		}
 	}
 	if len(a.sessions) >= MaxUISessions {
-		delete(a.sessions, first)
+		a.dropLocked(first)
 	}
 	a.sessions[tokenDigest(id)] = s
 	return id, s, true, nil
@@ -140,7 +145,7 @@ func (a *uiAuth) session(id string) (uiSession, bool) {
 	defer a.mu.Unlock()
 	s, ok := a.sessions[k]
 	if ok && !now.Before(s.expires) {
-		delete(a.sessions, k)
+		a.dropLocked(k)
 		return uiSession{}, false
 	}
 	return s, ok
@@ -149,8 +154,16 @@ func (a *uiAuth) session(id string) (uiSession, bool) {
 // end ends the session of id.
 func (a *uiAuth) end(id string) {
 	a.mu.Lock()
-	delete(a.sessions, tokenDigest(id))
+	a.dropLocked(tokenDigest(id))
 	a.mu.Unlock()
+}
+
+// dropLocked forgets a session and closes its ended channel.
+func (a *uiAuth) dropLocked(k [32]byte) {
+	if s, ok := a.sessions[k]; ok {
+		delete(a.sessions, k)
+		close(s.ended)
+	}
 }
 
 // csrfOK compares a request's CSRF token with the session's in constant

@@ -24,7 +24,8 @@
   let csrf = "";
   let eventsURL = "/ui/api/v1/events";
   let status = null; // the last GET /v1/status, with counts kept by queue.totals
-  let statusAt = 0; // when it was read (ms), for ages that tick
+  let statusAt = 0; // when its counts were read (ms), for ages that tick
+  let countsSeq = 0; // the event seq its counts are as of
   let lastSeq = 0; // the last event handled
   let signedIn = false;
   let ws = null;
@@ -265,9 +266,17 @@
   }
 
   async function loadStatus() {
-    status = await api("GET", "/v1/status");
-    statusAt = Date.now();
-    if (lastSeq === 0) lastSeq = status.lastEventSeq || 0;
+    const s = await api("GET", "/v1/status");
+    if (status && countsSeq > (s.lastEventSeq || 0)) {
+      // A queue.totals event newer than this answer came meanwhile:
+      // its counts stay.
+      for (const k of ["counts", "oldestPendingAgeSeconds", "accountCounts", "accountOldestPendingAgeSeconds"]) s[k] = status[k];
+    } else {
+      countsSeq = s.lastEventSeq || 0;
+      statusAt = Date.now();
+    }
+    status = s;
+    if (lastSeq === 0) lastSeq = s.lastEventSeq || 0;
     renderStatus();
   }
   const reloadStatus = throttled(loadStatus);
@@ -328,10 +337,9 @@
     const c = shownCounts(s);
     for (const k of STATES) text($("count-" + k), num(c[k] || 0));
     $("counts").dataset.failed = (c.permanent_failed || 0) > 0 ? "true" : "false";
-    text($("failed-count"), num(c.permanent_failed || 0));
     const oldest = s.signedIn && s.accountCounts ? s.accountOldestPendingAgeSeconds : s.oldestPendingAgeSeconds;
     const elapsed = (Date.now() - statusAt) / 1000;
-    text($("oldest"), oldest ? duration(oldest + elapsed) : "nothing waiting");
+    text($("oldest"), oldest ? duration(oldest + elapsed) : "nothing");
     const other = $("other-accounts");
     if (s.signedIn && s.accountCounts) {
       const all = WAITING.concat("permanent_failed").reduce((n, k) => n + (s.counts[k] || 0), 0);
@@ -389,6 +397,7 @@
     failedNext = page.next || "";
     const failures = items.filter((op) => !CONFLICT_CODES.has(op.lastErrorCode));
     for (const op of items) if (CONFLICT_CODES.has(op.lastErrorCode)) conflictTypes.add(op.entityType);
+    text($("failed-count"), num(failures.length) + (failedNext || failedAfter ? "+" : ""));
     renderFailed(failures);
     await loadConflicts();
   }
@@ -788,7 +797,7 @@
     g.append(svg("text", { x: left - 4, y: bot1, class: "tick end" }, "0"));
     g.append(svg("text", { x: left - 4, y: top2 + 8, class: "tick end" }, short(maxSends)));
     g.append(svg("text", { x: left - 4, y: bot2, class: "tick end" }, "0"));
-    g.append(svg("text", { x: left + 2, y: top1 + 10, class: "panel" }, "waiting"));
+    g.append(svg("text", { x: left + 2, y: top1 + 10, class: "panel" }, "queued"));
     g.append(svg("text", { x: left + 2, y: top2 + 10, class: "panel" }, "sends/min"));
     g.append(svg("text", { x: left, y: H - 4, class: "tick" }, "60 min ago"));
     g.append(svg("text", { x: (left + right) / 2, y: H - 4, class: "tick mid" }, "30 min"));
@@ -891,21 +900,27 @@
     addEvent(e);
     switch (e.type) {
       case "queue.totals":
-        if (status && e.data) {
+        // Newer than the status read last (whose counts are as of its
+        // lastEventSeq), or it would undo a fresher answer.
+        if (status && e.data && e.seq > countsSeq) {
+          countsSeq = e.seq;
           status.counts = e.data.counts || status.counts;
           status.oldestPendingAgeSeconds = e.data.oldestPendingAgeSeconds || 0;
           if (e.data.accountCounts) status.accountCounts = e.data.accountCounts;
           status.accountOldestPendingAgeSeconds = e.data.accountOldestPendingAgeSeconds || 0;
           statusAt = Date.now();
-          renderCounts();
           renderStatus();
         }
         break;
       case "operation.state":
+        // The counts: queue.totals brings them at most once a second;
+        // a daemon that sends none is read again, as often.
+        reloadStatus();
         if (e.state === "permanent_failed" || failedShown.has(e.operationId)) reloadFailed();
         if (blockedShown.has(e.operationId) || e.blockedBy) reloadBlocked();
         break;
       case "operation.purged":
+        reloadStatus();
         if (failedShown.has(e.operationId)) reloadFailed();
         if (blockedShown.has(e.operationId)) reloadBlocked();
         break;

@@ -68,7 +68,7 @@ type Env struct {
 	// the store's commits, sampled only when a test calls its Sample
 	// (its loop is not started).
 	History *daemon.History
-	Server *localapi.Server
+	Server  *localapi.Server
 	// Addr is the API's host:port on 127.0.0.1; URL is http://Addr.
 	Addr string
 	URL  string

@@ -754,4 +754,7 @@ func TestUIFirstViewTenThousandQueued(t *testing.T) {
 		t.Errorf("the page shows %d operations", shown)
 	}
 	t.Logf("first view with %d operations queued: %v from navigation start to rendered (performance mark), %v as the test saw it (navigation to the DOM flag), %d requests", n, first, wall, len(urls))
+	// Where the last load's time went, request by request.
+	timings := evalOn[[]string](p, `performance.getEntriesByType("resource").concat(performance.getEntriesByType("navigation")).map(e => Math.round(e.startTime) + "+" + Math.round(e.duration) + " ms " + e.name.replace(location.origin, ""))`)
+	t.Logf("the last load (start+duration): \n%s", strings.Join(timings, "\n"))
 }

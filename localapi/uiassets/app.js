@@ -207,7 +207,21 @@
     document.body.dataset.view = "signin";
   }
 
+  // A read started before it is awaited: its failure is handled where
+  // it is awaited, not reported as unhandled meanwhile.
+  function early(promise) {
+    promise.catch(() => {});
+    return promise;
+  }
+
   async function start() {
+    // The first view's reads go out with the session's: nothing is shown
+    // before the session is confirmed, but no round trip is lost.
+    const pre = {
+      status: early(api("GET", "/v1/status")),
+      apps: early(api("GET", "/v1/apps")),
+      history: early(api("GET", "/v1/status/history")),
+    };
     let session;
     try {
       const res = await fetch("/ui/session", { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } });
@@ -226,8 +240,20 @@
     $("logout").hidden = false;
     document.body.dataset.view = "app";
 
-    // The first view: a few small reads at once, none of them a whole list.
-    const first = [loadStatus(), loadFailedAndConflicts(), loadApps(), loadHistory()];
+    // The first view: a few small reads at once, none of them a whole
+    // list. The failed operations (and the conflicts among them) are
+    // read when the status counts some: finding them among many waiting
+    // operations is the one read whose cost grows with the queue.
+    const first = [
+      loadStatus(pre.status).then(() => {
+        if ((shownCounts(status).permanent_failed || 0) > 0) return loadFailedAndConflicts();
+        renderFailed([]);
+        renderConflicts([], false);
+        return undefined;
+      }),
+      loadApps(pre.apps),
+      loadHistory(pre.history),
+    ];
     const results = await Promise.allSettled(first);
     const failed = results.find((r) => r.status === "rejected");
     if (failed && !(failed.reason instanceof ApiError && failed.reason.status === 401)) {
@@ -265,8 +291,8 @@
     text(el, msg);
   }
 
-  async function loadStatus() {
-    const s = await api("GET", "/v1/status");
+  async function loadStatus(pre) {
+    const s = await (pre || api("GET", "/v1/status"));
     if (status && countsSeq > (s.lastEventSeq || 0)) {
       // A queue.totals event newer than this answer came meanwhile:
       // its counts stay.
@@ -677,8 +703,8 @@
 
   // ---- apps -------------------------------------------------------------
 
-  async function loadApps() {
-    const page = await api("GET", "/v1/apps");
+  async function loadApps(pre) {
+    const page = await (pre || api("GET", "/v1/apps"));
     const items = page.items || [];
     const list = $("apps-list");
     const keepFocus = focusedKey(list);
@@ -746,9 +772,9 @@
 
   let history = null;
 
-  async function loadHistory() {
+  async function loadHistory(pre) {
     try {
-      history = await api("GET", "/v1/status/history");
+      history = await (pre || api("GET", "/v1/status/history"));
     } catch (e) {
       if (e instanceof ApiError && e.status === 404) { history = null; text($("chart-desc"), "This daemon keeps no history."); return; }
       throw e;

@@ -224,6 +224,15 @@ func (s *uiStack) waitSyncState(t *testing.T, typ, id, state string) map[string]
 	})
 }
 
+// sample takes one sample of the chart's history now (the daemon takes
+// one every 10 s).
+func (s *uiStack) sample(t *testing.T) {
+	t.Helper()
+	if _, err := s.history.Sample(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // link makes a one-time sign-in link, as `syncd ui` does.
 func (s *uiStack) link(t *testing.T) string {
 	t.Helper()
@@ -233,6 +242,101 @@ func (s *uiStack) link(t *testing.T) string {
 		t.Fatalf("link %q is not on %s", u, s.url)
 	}
 	return u
+}
+
+// cutProxy forwards loopback TCP connections to the local API and can
+// cut them: the browser reaches the page through it, so the test can
+// take the network away from the page (its event stream drops, its
+// reconnects are refused) while the daemon goes on.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	down  bool
+	conns map[net.Conn]bool
+}
+
+func startCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	c.wg.Add(1)
+	go c.serve()
+	t.Cleanup(func() {
+		ln.Close()
+		c.setDown(true)
+		c.wg.Wait()
+	})
+	return c
+}
+
+func (c *cutProxy) addr() string { return c.ln.Addr().String() }
+
+func (c *cutProxy) serve() {
+	defer c.wg.Done()
+	for {
+		in, err := c.ln.Accept()
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		if c.down {
+			c.mu.Unlock()
+			in.Close()
+			continue
+		}
+		c.conns[in] = true
+		c.wg.Add(1)
+		c.mu.Unlock()
+		go c.pipe(in)
+	}
+}
+
+func (c *cutProxy) pipe(in net.Conn) {
+	defer c.wg.Done()
+	out, err := net.Dial("tcp", c.target)
+	if err == nil {
+		c.mu.Lock()
+		if c.down {
+			out.Close()
+			out = nil
+		} else {
+			c.conns[out] = true
+		}
+		c.mu.Unlock()
+	}
+	if out == nil || err != nil {
+		in.Close()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		io.Copy(out, in)
+		out.Close()
+		close(done)
+	}()
+	io.Copy(in, out)
+	in.Close()
+	<-done
+}
+
+// setDown cuts every connection and refuses new ones (true), or lets
+// them through again (false).
+func (c *cutProxy) setDown(down bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.down = down
+	if down {
+		for conn := range c.conns {
+			conn.Close()
+		}
+		clear(c.conns)
+	}
 }
 
 // conflict makes entity note/id conflict field by field on the fields
@@ -431,13 +535,20 @@ func (p *page) save(name string, b []byte) {
 	p.t.Logf("screenshot %s (%d KB)", path, len(b)/1024)
 }
 
-// signIn opens a fresh sign-in link and waits for the first view.
-func (p *page) signIn(s *uiStack) {
+// signIn opens a fresh sign-in link and waits for the first view. With
+// via, the browser reaches the daemon at that host:port (a proxy)
+// instead of the address the link names.
+func (p *page) signIn(s *uiStack, via string) {
 	p.t.Helper()
-	p.do(chromedp.Navigate(s.link(p.t)))
+	link, base := s.link(p.t), s.url
+	if via != "" {
+		link = strings.Replace(link, s.url, "http://"+via, 1)
+		base = "http://" + via
+	}
+	p.do(chromedp.Navigate(link))
 	p.wait("the first view", `document.body.dataset.ready === "true"`)
-	if u := evalOn[string](p, `location.href`); u != s.url+"/ui/" {
-		p.t.Fatalf("after the sign-in link the page is at %s, want %s/ui/", u, s.url)
+	if u := evalOn[string](p, `location.href`); u != base+"/ui/" {
+		p.t.Fatalf("after the sign-in link the page is at %s, want %s/ui/", u, base)
 	}
 }
 
@@ -465,6 +576,20 @@ func TestUIBrowser(t *testing.T) {
 	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"rejected","data":{"title":"Draft","invalid":true}}`)
 	bad := s.waitSyncState(t, "note", "rejected", "failed")
 	badOp, _ := bad["lastOperationId"].(string)
+	s.sample(t)
+	// An ordered batch whose first write the server refuses: the second
+	// is held behind it.
+	s.mustCall(t, "POST", "/v1/batch", `{"ordered":true,"writes":[
+		{"op":"create","type":"note","id":"invoice-17","data":{"title":"Invoice 17","invalid":true}},
+		{"op":"create","type":"note","id":"invoice-17-line-1","data":{"title":"Line 1"}}]}`)
+	head := s.waitSyncState(t, "note", "invoice-17", "failed")
+	headOp, _ := head["lastOperationId"].(string)
+	line := s.mustCall(t, "GET", "/v1/entities/note/invoice-17-line-1", "")
+	lineOp, _ := line["lastOperationId"].(string)
+	if line["blockedBy"] != headOp {
+		t.Fatalf("the batch's second write is %v, want blocked by %s", line, headOp)
+	}
+	s.sample(t)
 	s.conflict(t, "shopping",
 		map[string]any{"title": "Groceries", "color": "blue", "pinned": false},
 		map[string]any{"title": "Shopping", "color": "green"},
@@ -476,12 +601,11 @@ func TestUIBrowser(t *testing.T) {
 	for i := range 3 {
 		s.mustCall(t, "POST", "/v1/entities/note", fmt.Sprintf(`{"id":"synced-%d","data":{"title":"note %d"}}`, i, i))
 		s.waitSyncState(t, "note", fmt.Sprintf("synced-%d", i), "synced")
-	}
-	if _, err := s.history.Sample(); err != nil {
-		t.Fatal(err)
+		s.sample(t)
 	}
 
 	p := openBrowser(t)
+	proxy := startCutProxy(t, strings.TrimPrefix(s.url, "http://"))
 
 	// An unsigned browser gets the static sign-in page: no data, no script.
 	p.do(chromedp.Navigate(s.url + "/ui/"))
@@ -489,7 +613,7 @@ func TestUIBrowser(t *testing.T) {
 		t.Fatalf("before signing in the page says %q", txt)
 	}
 
-	p.signIn(s)
+	p.signIn(s, proxy.addr())
 	p.wait("the account", `document.getElementById("account").textContent.includes("alice")`)
 
 	// The failed operation: its error, attempts and payload.
@@ -502,8 +626,18 @@ func TestUIBrowser(t *testing.T) {
 		t.Errorf("attempts %q, want 1", got)
 	}
 	p.wait("the payload summary", fmt.Sprintf(`document.querySelector(%s).textContent.includes('"invalid":true')`, js(item+" .payload")))
-	if got := p.text("#count-permanent_failed"); got != "3" {
-		t.Errorf("failed count %q, want 3 (one refused, two conflicts)", got)
+	if got := p.text("#count-permanent_failed"); got != "4" {
+		t.Errorf("failed count %q, want 4 (two refused, two conflicts)", got)
+	}
+
+	// The held member of the ordered batch, and what it waits for.
+	held := keyed("blocked-list", lineOp)
+	p.wait("the held operation", fmt.Sprintf(`!!document.querySelector(%s)`, js(held)))
+	if got, want := strings.Join(strings.Fields(p.text(held)), " "), "create note invoice-17-line-1 waits for failed operation "+headOp; got != want {
+		t.Errorf("the held operation reads %q, want %q", got, want)
+	}
+	if got := evalOn[string](p, fmt.Sprintf(`document.querySelector(%s).getAttribute("href")`, js(held+" a"))); got != "#op-"+headOp {
+		t.Errorf("the held operation links to %q", got)
 	}
 
 	// Both conflicts, side by side, field by field.
@@ -561,28 +695,44 @@ func TestUIBrowser(t *testing.T) {
 
 	// Live: a write from outside the page (curl) that the server refuses
 	// shows up as a failed operation, and the counts follow.
-	p.wait("the failed count after resolving", `document.getElementById("count-permanent_failed").textContent === "1"`)
+	p.wait("the failed count after resolving", `document.getElementById("count-permanent_failed").textContent === "2"`)
 	doneBefore := p.text("#count-done")
 	out := s.mustCall(t, "POST", "/v1/entities/note", `{"id":"from-curl","data":{"title":"Also refused","invalid":true}}`)
 	curlOp, _ := out["operationId"].(string)
-	p.wait("the failed count to change live", `document.getElementById("count-permanent_failed").textContent === "2"`)
+	p.wait("the failed count to change live", `document.getElementById("count-permanent_failed").textContent === "3"`)
 	p.wait("the new failed operation", fmt.Sprintf(`!!document.querySelector(%s)`, js(keyed("failed-list", curlOp))))
 	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"from-curl-2","data":{"title":"Fine"}}`)
 	p.wait("the done count to change live", fmt.Sprintf(`document.getElementById("count-done").textContent !== %s`, js(doneBefore)))
 	p.wait("the live feed", `[...document.querySelectorAll("#event-list li")].some(li => li.textContent.includes("note from-curl-2"))`)
 
-	// Discard asks for a second press; then the operation and its
-	// entity are gone.
-	discard := keyed("failed-list", curlOp) + " .discard"
+	// Discard asks for a second press; then the batch's refused head is
+	// gone, and the write held behind it goes.
+	discard := keyed("failed-list", headOp) + " .discard"
 	p.do(chromedp.Click(chromedp.CSS(discard)))
 	p.wait("the armed Discard", fmt.Sprintf(`document.querySelector(%s).dataset.armed === "true"`, js(discard)))
-	if st, _ := s.call(t, "GET", "/v1/operations/"+curlOp, ""); st != 200 {
+	if st, _ := s.call(t, "GET", "/v1/operations/"+headOp, ""); st != 200 {
 		t.Fatalf("the first press of Discard discarded (GET: %d)", st)
 	}
 	p.do(chromedp.Click(chromedp.CSS(discard)))
-	p.wait("the discarded operation to go", fmt.Sprintf(`!document.querySelector(%s)`, js(keyed("failed-list", curlOp))))
-	if st, _ := s.call(t, "GET", "/v1/operations/"+curlOp, ""); st != 404 {
+	p.wait("the discarded operation to go", fmt.Sprintf(`!document.querySelector(%s)`, js(keyed("failed-list", headOp))))
+	if st, _ := s.call(t, "GET", "/v1/operations/"+headOp, ""); st != 404 {
 		t.Errorf("after Discard GET the operation: %d, want 404", st)
+	}
+	s.waitSyncState(t, "note", "invoice-17-line-1", "synced")
+	p.wait("the held operation to go", fmt.Sprintf(`!document.querySelector(%s) && !document.getElementById("blocked-empty").hidden`, js(held)))
+
+	// The network goes: the page says so and tries again; what happens
+	// meanwhile comes when it is back, resumed from the last event it
+	// had (the feed shows events only the stream brings).
+	proxy.setDown(true)
+	p.wait("the page to see the stream gone", `document.getElementById("live").dataset.live !== "on"`)
+	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"while-away","data":{"title":"Written while the page was cut off"}}`)
+	s.waitSyncState(t, "note", "while-away", "synced")
+	proxy.setDown(false)
+	p.wait("the stream back", `document.getElementById("live").dataset.live === "on"`)
+	p.wait("the events missed, resumed", `[...document.querySelectorAll("#event-list li")].some(li => li.textContent.includes("note while-away → synced"))`)
+	if evalOn[bool](p, `[...document.querySelectorAll("#event-list li")].some(li => li.dataset.type === "resync")`) {
+		t.Error("the page resynced instead of resuming")
 	}
 
 	// Apps: add one (its token is shown once), then remove it.
@@ -724,12 +874,10 @@ func TestUIFirstViewTenThousandQueued(t *testing.T) {
 		w.WriteString(`]}`)
 		s.mustCall(t, "POST", "/v1/batch", w.String())
 	}
-	if _, err := s.history.Sample(); err != nil {
-		t.Fatal(err)
-	}
+	s.sample(t)
 
 	p := openBrowser(t)
-	p.signIn(s) // the session cookie, and a first load that warms the browser's cache
+	p.signIn(s, "") // the session cookie, and a first load that warms the browser's cache
 	var first, wall []time.Duration
 	for range 3 {
 		start := time.Now()

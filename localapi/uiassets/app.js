@@ -168,26 +168,36 @@
   }
 
   // A destructive button acts on its second press: the first arms it
-  // for a few seconds and says so.
-  function twoStep(button, armedText, what, act) {
-    let timer = 0;
-    const disarm = () => {
-      clearTimeout(timer);
-      delete button.dataset.armed;
-      label(button, button.dataset.idle, button.dataset.context);
+  // for a few seconds and says so. The arming is kept by key, so a list
+  // redrawn meanwhile (an event came) keeps the new button armed.
+  const armedUntil = new Map();
+  function twoStep(button, key, armedText, what, act) {
+    const isArmed = () => (armedUntil.get(key) || 0) > Date.now();
+    const render = () => {
+      const on = isArmed();
+      if (!on) armedUntil.delete(key);
+      if (on) button.dataset.armed = "true";
+      else delete button.dataset.armed;
+      label(button, on ? armedText : button.dataset.idle, button.dataset.context);
     };
+    const arm = (ms) => {
+      armedUntil.set(key, Date.now() + ms);
+      render();
+      setTimeout(render, ms + 20);
+    };
+    render();
+    if (isArmed()) setTimeout(render, armedUntil.get(key) - Date.now() + 20);
     button.addEventListener("click", async () => {
-      if (!button.dataset.armed) {
-        button.dataset.armed = "true";
-        label(button, armedText, button.dataset.context);
+      if (!isArmed()) {
+        arm(6000);
         notice("Press " + armedText + " again to " + what + ".");
-        timer = setTimeout(disarm, 6000);
         return;
       }
-      disarm();
+      armedUntil.delete(key);
+      render();
       await act();
     });
-    button.addEventListener("blur", () => { if (button.dataset.armed) timer = setTimeout(disarm, 1500); });
+    button.addEventListener("blur", () => { if (isArmed()) arm(1500); });
   }
 
   // ---- sign-in -----------------------------------------------------------
@@ -461,8 +471,7 @@
     const discard = li.querySelector(".discard");
     discard.dataset.idle = "Discard";
     discard.dataset.context = what;
-    label(discard, "Discard", what);
-    twoStep(discard, "Confirm discard", "drop this write for good", () =>
+    twoStep(discard, "discard " + op.id, "Confirm discard", "drop this write for good", () =>
       act(discard, "POST", "/v1/operations/" + enc(op.id) + "/discard", "Discarded: " + what + ".", reloadFailed));
     return li;
   }
@@ -719,8 +728,7 @@
       const rm = li.querySelector(".remove");
       rm.dataset.idle = "Remove";
       rm.dataset.context = "app " + a.name;
-      label(rm, "Remove", "app " + a.name);
-      twoStep(rm, "Confirm remove", "revoke the token of " + a.name, () =>
+      twoStep(rm, "remove " + a.name, "Confirm remove", "revoke the token of " + a.name, () =>
         act(rm, "DELETE", "/v1/apps/" + enc(a.name), "Removed app " + a.name + ": its token no longer works.", reloadApps));
       list.append(li);
       for (const t of a.types || []) conflictTypes.add(t);

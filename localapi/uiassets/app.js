@@ -40,6 +40,16 @@
   let blockedShown = new Set(); // operation ids, and the ids they wait for
   let blockedAfter = "";
   let conflictShown = new Set(); // "type/id"
+  // What each list was last drawn from: a read that brings the same is
+  // not drawn again, so focus, armed buttons and choices stay put.
+  const drawn = { failed: "", conflicts: "", blocked: "", apps: "" };
+  const unchanged = (list, data) => {
+    const sig = JSON.stringify(data);
+    if (drawn[list] === sig) return true;
+    drawn[list] = sig;
+    return false;
+  };
+  const picks = new Map(); // "type/id" + path → the side chosen, kept across redraws
   const conflictTypes = new Set(); // entity types seen in conflict
 
   // ---- requests ----------------------------------------------------------
@@ -440,6 +450,7 @@
   const reloadFailed = throttled(loadFailedAndConflicts);
 
   function renderFailed(ops) {
+    if (unchanged("failed", [ops, failedAfter, failedNext])) return;
     const list = $("failed-list");
     const keepFocus = focusedKey(list);
     list.replaceChildren();
@@ -507,10 +518,12 @@
   const reloadConflicts = throttled(loadConflicts);
 
   function renderConflicts(entities, more) {
+    if (unchanged("conflicts", [entities, more])) return;
     const box = $("conflict-list");
     const keepFocus = focusedKey(box);
     box.replaceChildren();
     conflictShown = new Set(entities.map((e) => e.type + "/" + e.id));
+    for (const k of picks.keys()) if (!conflictShown.has(k.slice(0, k.indexOf("\u0000")))) picks.delete(k);
     text($("conflict-count"), num(entities.length) + (more ? "+" : ""));
     $("conflicts-empty").hidden = entities.length > 0;
     for (const e of entities) box.append(conflictItem(e));
@@ -565,6 +578,9 @@
           input.name = name;
           input.value = side;
           input.dataset.path = p.path;
+          const pick = key + "\u0000" + p.path;
+          input.checked = picks.get(pick) === side;
+          input.addEventListener("change", () => { if (input.checked) picks.set(pick, side); });
           lab.append(input, document.createTextNode(" " + shown));
           fs.append(lab);
         }
@@ -675,6 +691,7 @@
     const q = "?state=pending&limit=" + BLOCKED_PAGE + (blockedAfter ? "&after=" + enc(blockedAfter) : "");
     const page = await api("GET", "/v1/operations" + q);
     const held = (page.items || []).filter((op) => op.blocked);
+    if (unchanged("blocked", [held, page.next, blockedAfter, [...failedShown]])) return;
     const list = $("blocked-list");
     list.replaceChildren();
     blockedShown = new Set();
@@ -715,6 +732,8 @@
   async function loadApps(pre) {
     const page = await (pre || api("GET", "/v1/apps"));
     const items = page.items || [];
+    for (const a of items) for (const t of a.types || []) conflictTypes.add(t);
+    if (unchanged("apps", items)) return;
     const list = $("apps-list");
     const keepFocus = focusedKey(list);
     list.replaceChildren();
@@ -731,7 +750,6 @@
       twoStep(rm, "remove " + a.name, "Confirm remove", "revoke the token of " + a.name, () =>
         act(rm, "DELETE", "/v1/apps/" + enc(a.name), "Removed app " + a.name + ": its token no longer works.", reloadApps));
       list.append(li);
-      for (const t of a.types || []) conflictTypes.add(t);
     }
     restoreFocus(list, keepFocus);
   }

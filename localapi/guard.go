@@ -43,6 +43,11 @@ const (
 // mux's own 404 and 405 answers are rewritten into the API's error
 // shape. A panic in a handler is answered 500 internal and logged
 // (recoverPanic).
+//
+// The status page's prefix, /ui/, leaves the guard after the Host check
+// for serveUI (ui.go): a loopback Host only, its own Origin rule (absent
+// or exactly the page's own) and the session cookie instead of the
+// token, then dispatch as for the admin token under /ui/api/.
 func (s *Server) guard(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pw := &panicWriter{ResponseWriter: w, writeTimeout: s.writeTimeout}

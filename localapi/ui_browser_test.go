@@ -653,6 +653,16 @@ func TestUIBrowser(t *testing.T) {
 	p.do(chromedp.ScrollIntoView(chromedp.CSS("#conflicts")))
 	p.shotOf("ui-conflict.png", "#conflicts")
 
+	// 400 px wide: one column, nothing wider than the screen, the
+	// conflicts' tables one block per field.
+	p.do(chromedp.EmulateViewport(400, 800))
+	p.wait("the narrow layout", `document.documentElement.scrollWidth <= 400 && getComputedStyle(document.querySelector("#conflict-list tbody tr")).display === "block"`)
+	p.do(chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`))
+	p.shot("ui-400.png")
+	p.do(chromedp.ScrollIntoView(chromedp.CSS("#conflicts")))
+	p.shot("ui-400-conflicts.png")
+	p.do(chromedp.EmulateViewport(1280, 800))
+
 	// Every control has an accessible name, and the keyboard reaches
 	// the buttons of the lists.
 	checkAccessibleNames(t, p)
@@ -753,13 +763,6 @@ func TestUIBrowser(t *testing.T) {
 	if out := s.mustCall(t, "GET", "/v1/apps", ""); len(out["items"].([]any)) != 0 {
 		t.Errorf("apps after Remove: %v", out["items"])
 	}
-
-	// 400 px wide: one column, nothing wider than the screen.
-	p.do(chromedp.EmulateViewport(400, 800))
-	p.wait("the narrow layout", `document.documentElement.scrollWidth <= 400`)
-	p.do(chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`))
-	p.shot("ui-400.png")
-	p.do(chromedp.EmulateViewport(1280, 800))
 
 	// Sign out: the page shows no data, and the session no longer opens it.
 	p.do(chromedp.Click(chromedp.CSS("#logout")))

@@ -825,12 +825,17 @@
     const H = 180;
     chart.setAttribute("viewBox", "0 0 " + W + " " + H);
     for (const el of [...chart.children]) if (el.tagName !== "title" && el.tagName !== "desc") el.remove();
-    const samples = ((history && history.samples) || []).map((s) => ({ ...s, t: Date.parse(s.at) })).filter((s) => !Number.isNaN(s.t));
+    const samples = ((history && history.samples) || []).map((s) => ({ ...s, t: Date.parse(s.at) }))
+      .filter((s) => !Number.isNaN(s.t) && s.t > Date.now() - 3600_000);
     const interval = (history && history.interval_seconds) || 10;
     const end = Date.now();
-    const begin = end - 3600_000;
+    // The last hour, or less while the daemon has run for less (its
+    // history starts with it), but never under 5 minutes.
+    const oldest = samples.length ? samples[0].t - interval * 1000 : end;
+    const span = Math.min(3600_000, Math.max(300_000, end - oldest));
+    const begin = end - span;
     const left = 44, right = W - 8;
-    const x = (t) => left + ((t - begin) / 3600_000) * (right - left);
+    const x = (t) => left + ((t - begin) / span) * (right - left);
     const top1 = 8, bot1 = 96, top2 = 116, bot2 = 160;
 
     const depth = samples.map((s) => s.queued ?? (s.pending || 0));
@@ -851,8 +856,8 @@
     g.append(svg("text", { x: left - 4, y: bot2, class: "tick end" }, "0"));
     g.append(svg("text", { x: left + 2, y: top1 + 10, class: "panel" }, "queued"));
     g.append(svg("text", { x: left + 2, y: top2 + 10, class: "panel" }, "sends/min"));
-    g.append(svg("text", { x: left, y: H - 4, class: "tick" }, "60 min ago"));
-    g.append(svg("text", { x: (left + right) / 2, y: H - 4, class: "tick mid" }, "30 min"));
+    g.append(svg("text", { x: left, y: H - 4, class: "tick" }, Math.round(span / 60_000) + " min ago"));
+    g.append(svg("text", { x: (left + right) / 2, y: H - 4, class: "tick mid" }, Math.round(span / 120_000) + " min"));
     g.append(svg("text", { x: right, y: H - 4, class: "tick end" }, "now"));
 
     if (samples.length > 0) {
@@ -860,7 +865,7 @@
       const area = "M" + x(samples[0].t).toFixed(1) + "," + bot1 + " L" + pts.join(" L") + " L" + x(samples[samples.length - 1].t).toFixed(1) + "," + bot1 + " Z";
       g.append(svg("path", { d: area, class: "depth" }));
       g.append(svg("polyline", { points: samples.map((s, i) => x(s.t).toFixed(1) + "," + y1(failed[i]).toFixed(1)).join(" "), class: "failed" }));
-      const bw = Math.max(1, ((right - left) * interval) / 3600 - 1);
+      const bw = Math.max(1, ((right - left) * interval * 1000) / span - 1);
       for (let i = 0; i < samples.length; i++) {
         if (perMin[i] <= 0) continue;
         const yy = y2(perMin[i]);
@@ -872,7 +877,7 @@
     const sentHour = samples.reduce((n, s) => n + (s.sent || 0), 0);
     const now = depth.length ? depth[depth.length - 1] : 0;
     text($("chart-desc"), samples.length === 0 ? "No samples yet." :
-      "Waiting to be sent: " + num(now) + " now, at most " + num(Math.max(...depth)) + " in the last hour. " +
+      "Not yet sent: " + num(now) + " now, at most " + num(Math.max(...depth)) + " in the last hour. " +
       num(sentHour) + " operations sent in the last hour, at most " + num(Math.round(Math.max(...perMin))) + " a minute.");
   }
 

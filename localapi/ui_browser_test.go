@@ -598,6 +598,10 @@ func TestUIBrowser(t *testing.T) {
 		map[string]any{"title": "Call mum"},
 		map[string]any{"title": "Call mum at 6"},
 		map[string]any{"title": "Call mum tonight"})
+	s.conflict(t, "memo",
+		map[string]any{"title": "Memo", "body": "draft"},
+		map[string]any{"body": "their edit"},
+		map[string]any{"body": "my edit"})
 	for i := range 3 {
 		s.mustCall(t, "POST", "/v1/entities/note", fmt.Sprintf(`{"id":"synced-%d","data":{"title":"note %d"}}`, i, i))
 		s.waitSyncState(t, "note", fmt.Sprintf("synced-%d", i), "synced")
@@ -626,8 +630,8 @@ func TestUIBrowser(t *testing.T) {
 		t.Errorf("attempts %q, want 1", got)
 	}
 	p.wait("the payload summary", fmt.Sprintf(`document.querySelector(%s).textContent.includes('"invalid":true')`, js(item+" .payload")))
-	if got := p.text("#count-permanent_failed"); got != "4" {
-		t.Errorf("failed count %q, want 4 (two refused, two conflicts)", got)
+	if got := p.text("#count-permanent_failed"); got != "5" {
+		t.Errorf("failed count %q, want 5 (two refused, three conflicts)", got)
 	}
 
 	// The held member of the ordered batch, and what it waits for.
@@ -682,6 +686,15 @@ func TestUIBrowser(t *testing.T) {
 	p.wait("the resolved conflict to go", fmt.Sprintf(`!document.querySelector(%s)`, js(keyed("conflict-list", "note/call"))))
 	if e := s.waitSyncState(t, "note", "call", "synced"); e["data"].(map[string]any)["title"] != "Call mum at 6" {
 		t.Errorf("after Take server the entity is %v", e)
+	}
+
+	// Take this device's record: it goes to the server, made on the
+	// server's version.
+	memo := keyed("conflict-list", "note/memo")
+	p.do(chromedp.Click(chromedp.CSS(memo + " .take-local")))
+	p.wait("the memo conflict to go", fmt.Sprintf(`!document.querySelector(%s)`, js(memo)))
+	if e := s.waitSyncState(t, "note", "memo", "synced"); e["data"].(map[string]any)["body"] != "my edit" {
+		t.Errorf("after Take local the entity is %v", e)
 	}
 
 	// Field by field: this device's title, the server's colour. Apply

@@ -856,8 +856,9 @@
     g.append(svg("text", { x: left - 4, y: bot2, class: "tick end" }, "0"));
     g.append(svg("text", { x: left + 2, y: top1 + 10, class: "panel" }, "queued"));
     g.append(svg("text", { x: left + 2, y: top2 + 10, class: "panel" }, "sends/min"));
-    g.append(svg("text", { x: left, y: H - 4, class: "tick" }, Math.round(span / 60_000) + " min ago"));
-    g.append(svg("text", { x: (left + right) / 2, y: H - 4, class: "tick mid" }, Math.round(span / 120_000) + " min"));
+    const minutes = (ms) => { const m = ms / 60_000; return (Number.isInteger(m) ? m : m.toFixed(1)) + " min ago"; };
+    g.append(svg("text", { x: left, y: H - 4, class: "tick" }, minutes(span)));
+    g.append(svg("text", { x: (left + right) / 2, y: H - 4, class: "tick mid" }, minutes(span / 2)));
     g.append(svg("text", { x: right, y: H - 4, class: "tick end" }, "now"));
 
     if (samples.length > 0) {

@@ -637,7 +637,7 @@ func TestUIBrowser(t *testing.T) {
 	// The held member of the ordered batch, and what it waits for.
 	held := keyed("blocked-list", lineOp)
 	p.wait("the held operation", fmt.Sprintf(`!!document.querySelector(%s)`, js(held)))
-	if got, want := strings.Join(strings.Fields(p.text(held)), " "), "create note invoice-17-line-1 waits for failed operation "+headOp; got != want {
+	if got, want := strings.Join(strings.Fields(p.text(held)), " "), "create note/invoice-17-line-1 waits for failed operation "+headOp; got != want {
 		t.Errorf("the held operation reads %q, want %q", got, want)
 	}
 	if got := evalOn[string](p, fmt.Sprintf(`document.querySelector(%s).getAttribute("href")`, js(held+" a"))); got != "#op-"+headOp {
@@ -647,8 +647,8 @@ func TestUIBrowser(t *testing.T) {
 	// Both conflicts, side by side, field by field.
 	shopping := keyed("conflict-list", "note/shopping")
 	p.wait("the conflicts", fmt.Sprintf(`!!document.querySelector(%s) && !!document.querySelector(%s)`, js(shopping), js(keyed("conflict-list", "note/call"))))
-	rows := evalOn[[]string](p, fmt.Sprintf(`[...document.querySelectorAll(%s)].map(tr => [...tr.children].slice(0, 3).map(c => c.textContent).join(" | "))`, js(shopping+" tbody tr")))
-	if want := []string{`/color | "red" | "green"`, `/title | "Food" | "Shopping"`}; strings.Join(rows, "\n") != strings.Join(want, "\n") {
+	rows := evalOn[[]string](p, fmt.Sprintf(`[...document.querySelectorAll(%s)].map(tr => [...tr.children].slice(0, 4).map(c => c.textContent).join(" | "))`, js(shopping+" tbody tr")))
+	if want := []string{`/color | "blue" | "red" | "green"`, `/title | "Groceries" | "Food" | "Shopping"`}; strings.Join(rows, "\n") != strings.Join(want, "\n") {
 		t.Errorf("the conflict's rows are\n%s\nwant\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
 	}
 
@@ -726,7 +726,7 @@ func TestUIBrowser(t *testing.T) {
 	p.wait("the new failed operation", fmt.Sprintf(`!!document.querySelector(%s)`, js(keyed("failed-list", curlOp))))
 	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"from-curl-2","data":{"title":"Fine"}}`)
 	p.wait("the done count to change live", fmt.Sprintf(`document.getElementById("count-done").textContent !== %s`, js(doneBefore)))
-	p.wait("the live feed", `[...document.querySelectorAll("#event-list li")].some(li => li.textContent.includes("note from-curl-2"))`)
+	p.wait("the live feed", `[...document.querySelectorAll("#event-list li")].some(li => li.textContent.includes("note/from-curl-2"))`)
 
 	// Discard asks for a second press; then the batch's refused head is
 	// gone, and the write held behind it goes.
@@ -753,7 +753,7 @@ func TestUIBrowser(t *testing.T) {
 	s.waitSyncState(t, "note", "while-away", "synced")
 	proxy.setDown(false)
 	p.wait("the stream back", `document.getElementById("live").dataset.live === "on"`)
-	p.wait("the events missed, resumed", `[...document.querySelectorAll("#event-list li")].some(li => li.textContent.includes("note while-away → synced"))`)
+	p.wait("the events missed, resumed", `[...document.querySelectorAll("#event-list li")].some(li => li.textContent.includes("note/while-away → synced"))`)
 	if evalOn[bool](p, `[...document.querySelectorAll("#event-list li")].some(li => li.dataset.type === "resync")`) {
 		t.Error("the page resynced instead of resuming")
 	}

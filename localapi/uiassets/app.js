@@ -468,7 +468,7 @@
     const li = clone("tpl-failed");
     li.id = "op-" + op.id;
     li.dataset.key = op.id;
-    const what = op.operationType + " " + op.entityType + " " + op.entityId;
+    const what = op.operationType + " " + op.entityType + "/" + op.entityId;
     text(li.querySelector(".item-title"), what);
     text(li.querySelector(".code"), op.lastErrorCode || "failed");
     text(li.querySelector(".error-text"), op.lastError || "");
@@ -546,25 +546,32 @@
     const key = e.type + "/" + e.id;
     art.dataset.key = key;
     art.id = "conflict-" + key;
-    const what = e.type + " " + e.id;
+    const what = e.type + "/" + e.id;
     const titleId = "conflict-title-" + key;
     const title = art.querySelector(".conflict-title");
     title.id = titleId;
     text(title, what);
     art.setAttribute("aria-labelledby", titleId);
     const srv = e.server || {};
-    let why = e.syncError || "The server holds a newer version.";
-    if (srv.deleted) why = "The server deleted this record; this device changed it.";
-    else if (e.deleted) why = "This device deleted the record; the server changed it.";
+    const byField = !!(e.conflict && e.conflict.paths && e.conflict.paths.length);
+    let why = "Another device changed this record since the version this device's change was made on.";
+    if (srv.deleted) why = "Another device deleted this record; this device changed it.";
+    else if (e.deleted) why = "This device deleted the record; another device changed it.";
+    else if (byField) why = "This device and another both changed " + e.conflict.paths.map((p) => p.path).join(", ") + ".";
     text(art.querySelector(".conflict-why"), why);
+    text(art.querySelector(".conflict-raw"), e.syncError || "");
     text(art.querySelector("caption"), "Fields of " + what + " on this device and on the server");
     const tbody = art.querySelector("tbody");
-    const byField = !!(e.conflict && e.conflict.paths && e.conflict.paths.length);
+    // The value both started from, where the server still keeps it.
+    const withBase = byField && e.conflict.paths.some((p) => p.baseKnown);
+    if (!withBase) art.querySelector(".base-col").remove();
     const choices = [];
     if (byField) {
       for (const p of e.conflict.paths) {
         const tr = document.createElement("tr");
-        tr.append(cell("th", "Field", p.path, "row"), cell("td", "This device", summary(p.local)), cell("td", "Server", summary(p.server)));
+        tr.append(cell("th", "Field", p.path, "row"));
+        if (withBase) tr.append(cell("td", "Before", p.baseKnown ? summary(p.base) : "(not kept)"));
+        tr.append(cell("td", "This device", summary(p.local)), cell("td", "Server", summary(p.server)));
         const td = h("td", "choice");
         td.dataset.label = "Keep";
         const fs = h("fieldset", "choice-set");
@@ -700,7 +707,7 @@
       blockedShown.add(op.blockedBy);
       const li = clone("tpl-blocked");
       li.dataset.key = op.id;
-      text(li.querySelector(".what"), op.operationType + " " + op.entityType + " " + op.entityId);
+      text(li.querySelector(".what"), op.operationType + " " + op.entityType + "/" + op.entityId);
       const waits = li.querySelector(".waits");
       waits.textContent = " waits for ";
       if (failedShown.has(op.blockedBy)) {
@@ -1021,7 +1028,7 @@
   }
 
   function describe(e) {
-    const what = e.entityType ? e.entityType + " " + e.entityId : "";
+    const what = e.entityType ? e.entityType + "/" + e.entityId : "";
     switch (e.type) {
       case "entity.changed": return what + " → " + e.syncState + (e.data && e.data.origin === "remote" ? " (from the server)" : "");
       case "entity.removed": return what;

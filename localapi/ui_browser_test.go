@@ -96,7 +96,9 @@ func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
 	}
 	history.SetStore(store)
 
-	rs, err := remote.New(remote.Config{DataDir: t.TempDir(), DevTokens: true})
+	// Notes merge field by field (the default); tasks are refused whole
+	// when made on an older version.
+	rs, err := remote.New(remote.Config{DataDir: t.TempDir(), DevTokens: true, RejectConflicts: []string{"task"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +173,7 @@ func callJSON(t *testing.T, method, url, auth, body string) (int, map[string]any
 	if body != "" {
 		r.Header.Set("Content-Type", "application/json")
 	}
-	if method != "GET" && strings.Contains(url, "/v1/note") {
+	if method != "GET" && !strings.Contains(url, "/ui/") && auth != "Bearer "+localapitest.Token {
 		r.Header.Set("Idempotency-Key", uuid.NewString()) // the remote wants one
 	}
 	res, err := http.DefaultClient.Do(r)
@@ -343,11 +345,11 @@ func (c *cutProxy) setDown(down bool) {
 // of mine and theirs (the same names): this device created it and it
 // synced; another device of alice changed theirs on the server; then
 // this device changed mine, made on the older version.
-func (s *uiStack) conflict(t *testing.T, id string, base, theirs, mine map[string]any) {
+func (s *uiStack) conflict(t *testing.T, typ, id string, base, theirs, mine map[string]any) {
 	t.Helper()
 	b, _ := json.Marshal(map[string]any{"id": id, "data": base})
-	s.mustCall(t, "POST", "/v1/entities/note", string(b))
-	e := s.waitSyncState(t, "note", id, "synced")
+	s.mustCall(t, "POST", "/v1/entities/"+typ, string(b))
+	e := s.waitSyncState(t, typ, id, "synced")
 	serverID, _ := e["serverId"].(string)
 	var paths []string
 	data := map[string]any{}
@@ -359,12 +361,12 @@ func (s *uiStack) conflict(t *testing.T, id string, base, theirs, mine map[strin
 		paths = append(paths, "/"+k)
 	}
 	b, _ = json.Marshal(map[string]any{"data": data, "payloadVersion": 1, "baseVersion": e["serverVersion"], "paths": paths})
-	if st, out := callJSON(t, "PATCH", s.remoteURL+"/v1/note/"+serverID, "Bearer alice.b", string(b)); st != 200 {
+	if st, out := callJSON(t, "PATCH", s.remoteURL+"/v1/"+typ+"/"+serverID, "Bearer alice.b", string(b)); st != 200 {
 		t.Fatalf("the other device's write: %d %v", st, out)
 	}
 	b, _ = json.Marshal(map[string]any{"data": mine})
-	s.mustCall(t, "PATCH", "/v1/entities/note/"+id, string(b))
-	s.waitSyncState(t, "note", id, "conflict")
+	s.mustCall(t, "PATCH", "/v1/entities/"+typ+"/"+id, string(b))
+	s.waitSyncState(t, typ, id, "conflict")
 }
 
 // page is one tab of a headless Chromium.
@@ -511,6 +513,18 @@ func (p *page) shot(name string) {
 	p.save(name, b)
 }
 
+// fullShot writes a screenshot of the whole page.
+func (p *page) fullShot(name string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 20*time.Second)
+	defer cancel()
+	b, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.save(name, b)
+}
+
 // shotOf writes a screenshot of one element.
 func (p *page) shotOf(name, sel string) {
 	p.t.Helper()
@@ -590,18 +604,23 @@ func TestUIBrowser(t *testing.T) {
 		t.Fatalf("the batch's second write is %v, want blocked by %s", line, headOp)
 	}
 	s.sample(t)
-	s.conflict(t, "shopping",
+	s.conflict(t, "note", "shopping",
 		map[string]any{"title": "Groceries", "color": "blue", "pinned": false},
 		map[string]any{"title": "Shopping", "color": "green"},
 		map[string]any{"title": "Food", "color": "red"})
-	s.conflict(t, "call",
+	s.conflict(t, "note", "call",
 		map[string]any{"title": "Call mum"},
 		map[string]any{"title": "Call mum at 6"},
 		map[string]any{"title": "Call mum tonight"})
-	s.conflict(t, "memo",
+	s.conflict(t, "note", "memo",
 		map[string]any{"title": "Memo", "body": "draft"},
 		map[string]any{"body": "their edit"},
 		map[string]any{"body": "my edit"})
+	// A conflict of the whole record: the server names no fields.
+	s.conflict(t, "task", "chores",
+		map[string]any{"title": "Chores", "due": "monday"},
+		map[string]any{"due": "tuesday"},
+		map[string]any{"title": "Chores!"})
 	for i := range 3 {
 		s.mustCall(t, "POST", "/v1/entities/note", fmt.Sprintf(`{"id":"synced-%d","data":{"title":"note %d"}}`, i, i))
 		s.waitSyncState(t, "note", fmt.Sprintf("synced-%d", i), "synced")
@@ -630,8 +649,8 @@ func TestUIBrowser(t *testing.T) {
 		t.Errorf("attempts %q, want 1", got)
 	}
 	p.wait("the payload summary", fmt.Sprintf(`document.querySelector(%s).textContent.includes('"invalid":true')`, js(item+" .payload")))
-	if got := p.text("#count-permanent_failed"); got != "5" {
-		t.Errorf("failed count %q, want 5 (two refused, three conflicts)", got)
+	if got := p.text("#count-permanent_failed"); got != "6" {
+		t.Errorf("failed count %q, want 6 (two refused, four conflicts)", got)
 	}
 
 	// The held member of the ordered batch, and what it waits for.
@@ -652,8 +671,21 @@ func TestUIBrowser(t *testing.T) {
 		t.Errorf("the conflict's rows are\n%s\nwant\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
 	}
 
+	// The whole record side by side, the fields that differ first and
+	// marked; no choice per field.
+	chores := keyed("conflict-list", "task/chores")
+	p.wait("the whole-record conflict", fmt.Sprintf(`!!document.querySelector(%s)`, js(chores)))
+	rows = evalOn[[]string](p, fmt.Sprintf(`[...document.querySelectorAll(%s)].map(tr => tr.className + ": " + [...tr.children].map(c => c.textContent).join(" | "))`, js(chores+" tbody tr")))
+	if want := []string{`differs: /due | "monday" | "tuesday"`, `differs: /title | "Chores!" | "Chores"`}; strings.Join(rows, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the whole-record conflict's rows are\n%s\nwant\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+	if evalOn[bool](p, fmt.Sprintf(`!!document.querySelector(%s)`, js(chores+" .take-fields, "+chores+" input"))) {
+		t.Error("a whole-record conflict offers a choice per field")
+	}
+
 	p.do(chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`))
 	p.shot("ui-overview.png")
+	p.fullShot("ui-full.png")
 	p.do(chromedp.ScrollIntoView(chromedp.CSS("#conflicts")))
 	p.shotOf("ui-conflict.png", "#conflicts")
 
@@ -695,6 +727,12 @@ func TestUIBrowser(t *testing.T) {
 	p.wait("the memo conflict to go", fmt.Sprintf(`!document.querySelector(%s)`, js(memo)))
 	if e := s.waitSyncState(t, "note", "memo", "synced"); e["data"].(map[string]any)["body"] != "my edit" {
 		t.Errorf("after Take local the entity is %v", e)
+	}
+
+	p.do(chromedp.Click(chromedp.CSS(chores + " .take-server")))
+	p.wait("the whole-record conflict to go", fmt.Sprintf(`!document.querySelector(%s)`, js(chores)))
+	if e := s.waitSyncState(t, "task", "chores", "synced"); e["data"].(map[string]any)["due"] != "tuesday" || e["data"].(map[string]any)["title"] != "Chores" {
+		t.Errorf("after Take server the task is %v", e)
 	}
 
 	// Field by field: this device's title, the server's colour. Apply

@@ -17,6 +17,7 @@
   const BLOCKED_PAGE = 100; // pending operations read to find the held ones
   const CONFLICT_PAGE = 20; // conflicts read per entity type
   const MAX_EVENTS = 50; // lines kept in the live feed
+  const FEED_BACKLOG = 20; // events from before the page opened shown in the feed
   const HISTORY_EVERY = 10_000; // ms between reads of the chart's samples
   const STATUS_EVERY = 10_000; // ms between reads of the status without an event
   const MIN_RELOAD_GAP = 1_000; // no list or status is read more than once a second
@@ -27,6 +28,7 @@
   let statusAt = 0; // when its counts were read (ms), for ages that tick
   let countsSeq = 0; // the event seq its counts are as of
   let lastSeq = 0; // the last event handled
+  let feedSeq = 0; // the newest event in the feed
   let signedIn = false;
   let ws = null;
   let backoff = 0;
@@ -910,7 +912,10 @@
     if (!signedIn) return;
     const url = new URL(eventsURL, location.href);
     url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
-    url.searchParams.set("since", String(lastSeq));
+    // The first time, from a few events back: the feed shows what
+    // happened just before the page opened (those events are shown
+    // only: what was read already reflects them).
+    url.searchParams.set("since", String(feedSeq ? lastSeq : Math.max(0, lastSeq - FEED_BACKLOG)));
     setLive("connecting", backoff ? "Reconnecting…" : "Connecting…");
     let opened = false;
     const sock = new WebSocket(url.href);
@@ -953,16 +958,21 @@
   function handleEvent(e) {
     if (e.type === "resync") {
       // The events after lastSeq are gone: read everything again.
-      lastSeq = e.seq;
+      lastSeq = Math.max(lastSeq, e.seq);
+      feedSeq = Math.max(feedSeq, e.seq);
       addEvent(e);
       reloadAll();
       return;
     }
-    if (typeof e.seq === "number") {
-      if (e.seq <= lastSeq) return; // a repeat across a reconnect
-      lastSeq = e.seq;
+    if (typeof e.seq !== "number") return;
+    if (e.seq > feedSeq) {
+      feedSeq = e.seq;
+      addEvent(e);
     }
-    addEvent(e);
+    // Already reflected in what was read (the feed's backlog), or a
+    // repeat across a reconnect.
+    if (e.seq <= lastSeq) return;
+    lastSeq = e.seq;
     switch (e.type) {
       case "queue.totals":
         // Newer than the status read last (whose counts are as of its

@@ -702,6 +702,7 @@ func TestUIBrowser(t *testing.T) {
 	// Every control has an accessible name, and the keyboard reaches
 	// the buttons of the lists.
 	checkAccessibleNames(t, p)
+	checkContrast(t, p)
 	checkKeyboard(t, p, badOp)
 
 	// Retry: the server refuses the same data again, so the operation
@@ -861,6 +862,42 @@ func checkAccessibleNames(t *testing.T, p *page) {
 		if roles[role] == 0 {
 			t.Errorf("no %s in the accessibility tree", role)
 		}
+	}
+}
+
+// checkContrast computes, for every piece of text the page shows, the
+// contrast of its colour with the background behind it (WCAG 2's
+// formula; backgrounds are the page's flat colours): at least 4.5:1, or
+// 3:1 for large text.
+func checkContrast(t *testing.T, p *page) {
+	t.Helper()
+	low := evalOn[[]string](p, `(() => {
+		const rgb = (s) => (s.match(/[\d.]+/g) || []).map(Number);
+		const lum = ([r, g, b]) => [r, g, b].map((c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; })
+			.reduce((a, c, i) => a + c * [0.2126, 0.7152, 0.0722][i], 0);
+		const background = (el) => {
+			for (; el; el = el.parentElement) {
+				const c = rgb(getComputedStyle(el).backgroundColor);
+				if (c.length === 3 || c[3] > 0) return c.slice(0, 3);
+			}
+			return [255, 255, 255];
+		};
+		const out = [];
+		const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+		for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+			const el = n.parentElement;
+			if (!n.textContent.trim() || !el.checkVisibility() || el.closest(".visually-hidden, svg, button:disabled")) continue;
+			const st = getComputedStyle(el);
+			const a = lum(rgb(st.color)), b = lum(background(el));
+			const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+			const size = parseFloat(st.fontSize), bold = parseInt(st.fontWeight, 10) >= 700;
+			const need = size >= 24 || (bold && size >= 18.66) ? 3 : 4.5;
+			if (ratio < need) out.push(ratio.toFixed(2) + ":1 " + JSON.stringify(n.textContent.trim().slice(0, 40)));
+		}
+		return out;
+	})()`)
+	for _, l := range low {
+		t.Errorf("text with too little contrast: %s", l)
 	}
 }
 

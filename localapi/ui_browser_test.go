@@ -797,7 +797,15 @@ func TestUIBrowser(t *testing.T) {
 		t.Error("the page resynced instead of resuming")
 	}
 
-	// Apps: add one (its token is shown once), then remove it.
+	// Apps: a bad name is refused in the page, with the field marked;
+	// then add one (its token is shown once), then remove it.
+	p.do(
+		chromedp.SendKeys(chromedp.CSS("#app-name"), "-bad"),
+		chromedp.SendKeys(chromedp.CSS("#app-types"), "note"),
+		chromedp.Click(chromedp.CSS(`#app-form button[type="submit"]`)),
+	)
+	p.wait("the refused name", `document.getElementById("app-name").getAttribute("aria-invalid") === "true" && document.activeElement.id === "app-name"`)
+	p.do(chromedp.Evaluate[chromedp.Void](`document.getElementById("app-form").reset()`))
 	p.do(
 		chromedp.SendKeys(chromedp.CSS("#app-name"), "notes"),
 		chromedp.SendKeys(chromedp.CSS("#app-types"), "note, tag"),

@@ -286,9 +286,14 @@
     document.body.dataset.ready = "true";
     connect();
     reloadBlocked.now();
-    timers.push(setInterval(() => { reloadStatus(); reloadHistory(); }, Math.max(STATUS_EVERY, HISTORY_EVERY)));
+    // Not while the tab is hidden; at once when it is shown again.
+    timers.push(setInterval(() => { if (!document.hidden) { reloadStatus(); reloadHistory(); } }, Math.max(STATUS_EVERY, HISTORY_EVERY)));
     timers.push(setInterval(tick, 1000));
   }
+
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden && signedIn) { reloadStatus(); reloadHistory(); }
+  });
 
   $("logout").addEventListener("click", async () => {
     try {
@@ -507,7 +512,8 @@
       api("GET", "/v1/entities/" + enc(t) + "?syncState=conflict&limit=" + CONFLICT_PAGE)
         .then((page) => ({ type: t, items: page.items || [], more: !!page.next }))
         .catch((e) => {
-          if (e instanceof ApiError && e.status === 404) return { type: t, items: [], more: false };
+          // A type not configured, or no account signed in: none here.
+          if (e instanceof ApiError && (e.status === 404 || e.code === "no_session")) return { type: t, items: [], more: false };
           throw e;
         })));
     const entities = [];
@@ -769,7 +775,10 @@
     const form = ev.target;
     const name = $("app-name").value.trim();
     const types = $("app-types").value.split(/[\s,]+/).filter(Boolean);
-    if (!$("app-name").checkValidity() || !name) {
+    const nameOK = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(name);
+    $("app-name").setAttribute("aria-invalid", String(!nameOK));
+    $("app-types").setAttribute("aria-invalid", String(nameOK && types.length === 0));
+    if (!nameOK) {
       notice("An app's name is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit.", true);
       $("app-name").focus();
       return;

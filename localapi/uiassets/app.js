@@ -115,7 +115,10 @@
       if (timer || !signedIn) return;
       timer = setTimeout(run, Math.max(0, last + MIN_RELOAD_GAP - Date.now()));
     };
-    schedule.now = run;
+    schedule.now = () => {
+      clearTimeout(timer);
+      return run();
+    };
     return schedule;
   }
 

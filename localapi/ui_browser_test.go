@@ -827,6 +827,9 @@ func TestUIBrowser(t *testing.T) {
 	// Sign out: the page shows no data, and the session no longer opens it.
 	p.do(chromedp.Click(chromedp.CSS("#logout")))
 	p.wait("the signed-out view", `document.body.dataset.view === "signin" && document.getElementById("app").hidden`)
+	if txt := p.bodyText(); strings.Contains(txt, "rejected") || !strings.Contains(txt, "syncd ui") {
+		t.Errorf("after signing out the page reads %q", txt)
+	}
 	p.do(chromedp.Reload())
 	if txt := p.bodyText(); !strings.Contains(txt, "syncd ui") || strings.Contains(txt, "rejected") {
 		t.Errorf("after signing out the page says %q", txt)
@@ -1004,4 +1007,40 @@ func TestUIFirstViewTenThousandQueued(t *testing.T) {
 	// Where the last load's time went, request by request.
 	timings := evalOn[[]string](p, `performance.getEntriesByType("resource").concat(performance.getEntriesByType("navigation")).map(e => Math.round(e.startTime) + "+" + Math.round(e.duration) + " ms " + e.name.replace(location.origin, ""))`)
 	t.Logf("the last load (start+duration): \n%s", strings.Join(timings, "\n"))
+}
+
+// A session that ends while the page is open (here pushed out by
+// MaxUISessions newer sign-ins; expiry and a sign-out elsewhere end it
+// the same way): the daemon closes the page's stream, and the page hides
+// what it showed and says how to sign in again.
+func TestUISessionEndsUnderThePage(t *testing.T) {
+	s := startUIStack(t, uiStackOptions{noSend: true})
+	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"n1","data":{"title":"queued"}}`)
+	p := openBrowser(t)
+	p.signIn(s, "")
+	p.wait("the stream", `document.getElementById("live").dataset.live === "on"`)
+
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for range localapi.MaxUISessions {
+		r, err := http.NewRequest("GET", s.link(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close = true
+		res, err := noRedirect.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("sign-in: %d", res.StatusCode)
+		}
+	}
+	p.wait("the signed-out view", `document.body.dataset.view === "signin" && document.getElementById("app").hidden && !document.getElementById("signin").hidden`)
+	if got := p.text("#signin-detail"); got != "Your session ended." {
+		t.Errorf("the page says %q", got)
+	}
+	if txt := p.bodyText(); strings.Contains(txt, "queued") || !strings.Contains(txt, "syncd ui") {
+		t.Errorf("after the session ended the page reads %q", txt)
+	}
 }

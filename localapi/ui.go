@@ -314,6 +314,13 @@ var (
 // the session cookie and answers 303 to /ui/; any other, 403 and a page
 // saying to run syncd ui again. The code is used up either way.
 func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		// A HEAD (a link checker's) must not use the code up.
+		s.gate.refuseUnauth(w, r)
+		w.Header().Set("Allow", "GET")
+		writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" is not allowed on /ui/login (allowed: GET)")
+		return
+	}
 	id, _, ok, err := s.ui.redeem(r.URL.Query().Get("code"))
 	if err != nil {
 		s.fail(w, r, err)

@@ -379,6 +379,14 @@ func TestUILoginRefusals(t *testing.T) {
 		}
 	}
 	code := e.link()
+	// A HEAD (a link checker's) does not use the code up; a POST is no
+	// way in either.
+	if r := e.ui(uiReq{method: "HEAD", path: "/ui/login?code=" + code}); r.status != http.StatusMethodNotAllowed || sessionCookie(t, r) != nil {
+		t.Errorf("HEAD /ui/login: %d, want 405 and no cookie", r.status)
+	}
+	if r := e.ui(uiReq{method: "POST", path: "/ui/login?code=" + code}); r.status != http.StatusUnauthorized || sessionCookie(t, r) != nil {
+		t.Errorf("POST /ui/login: %d, want 401 and no cookie", r.status)
+	}
 	if r := e.ui(uiReq{path: "/ui/login?code=" + code}); r.status != http.StatusSeeOther {
 		t.Fatalf("first use: %d", r.status)
 	}

@@ -212,14 +212,24 @@ func uiAPIRequest(r *http.Request) *http.Request {
 	return r2
 }
 
-// uiSessionOf returns the live session of r's cookie.
+// maxUICookies bounds the syncd_ui cookies of one request looked at.
+const maxUICookies = 4
+
+// uiSessionOf returns the live session of r's cookie. Any of the first
+// maxUICookies cookies of that name may hold it: a server on another
+// port of the same host may set cookies the page then sends (cookies
+// are not kept apart by port), and one set with a longer path would come
+// first; that must not sign the page out.
 func (s *Server) uiSessionOf(r *http.Request) (uiSession, string, bool) {
-	c, err := r.Cookie(UICookieName)
-	if err != nil {
-		return uiSession{}, "", false
+	for i, c := range r.CookiesNamed(UICookieName) {
+		if i == maxUICookies {
+			break
+		}
+		if sess, ok := s.ui.session(c.Value); ok {
+			return sess, c.Value, true
+		}
 	}
-	sess, ok := s.ui.session(c.Value)
-	return sess, c.Value, ok
+	return uiSession{}, "", false
 }
 
 // uiSessionKey is the request context key of the page's session.

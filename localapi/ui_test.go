@@ -279,6 +279,21 @@ func TestUISignInFlow(t *testing.T) {
 	}
 }
 
+// A cookie of the same name set by a server on another port (with a
+// longer path, so sent first) does not sign the page out.
+func TestUICookieTossing(t *testing.T) {
+	t.Parallel()
+	e := setupUI(t, envOptions{})
+	sess := e.signIn()
+	r := e.ui(uiReq{path: "/ui/api/v1/status", header: map[string]string{"Cookie": UICookieName + "=tossed; " + UICookieName + "=" + sess}})
+	if r.status != http.StatusOK {
+		t.Errorf("a tossed cookie first: %d %s", r.status, r.raw)
+	}
+	if r := e.ui(uiReq{path: "/ui/api/v1/status", header: map[string]string{"Cookie": UICookieName + "=a; " + UICookieName + "=b"}}); r.status != http.StatusUnauthorized {
+		t.Errorf("two forged cookies: %d", r.status)
+	}
+}
+
 // /ui becomes /ui/.
 func TestUIRedirectsBarePrefix(t *testing.T) {
 	t.Parallel()

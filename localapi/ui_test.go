@@ -292,6 +292,14 @@ func TestUICookieTossing(t *testing.T) {
 	if r := e.ui(uiReq{path: "/ui/api/v1/status", header: map[string]string{"Cookie": UICookieName + "=a; " + UICookieName + "=b"}}); r.status != http.StatusUnauthorized {
 		t.Errorf("two forged cookies: %d", r.status)
 	}
+	// The first maxUICookies are looked at, no more.
+	tossed := strings.Repeat(UICookieName+"=x; ", maxUICookies-1)
+	if r := e.ui(uiReq{path: "/ui/api/v1/status", header: map[string]string{"Cookie": tossed + UICookieName + "=" + sess}}); r.status != http.StatusOK {
+		t.Errorf("the live session as cookie %d: %d", maxUICookies, r.status)
+	}
+	if r := e.ui(uiReq{path: "/ui/api/v1/status", header: map[string]string{"Cookie": tossed + UICookieName + "=x; " + UICookieName + "=" + sess}}); r.status != http.StatusUnauthorized {
+		t.Errorf("the live session as cookie %d: %d, want 401", maxUICookies+1, r.status)
+	}
 }
 
 // /ui becomes /ui/.

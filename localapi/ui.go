@@ -331,7 +331,7 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" is not allowed on /ui/login (allowed: GET)")
 		return
 	}
-	id, _, ok, err := s.ui.redeem(r.URL.Query().Get("code"))
+	id, sess, ok, err := s.ui.redeem(r.URL.Query().Get("code"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -342,6 +342,7 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.gate.authenticated(r)
+	s.logger.Info("localapi: status page signed in", "expires", sess.expires.UTC().Format(time.RFC3339))
 	http.SetCookie(w, &http.Cookie{
 		Name:     UICookieName,
 		Value:    id,
@@ -392,6 +393,7 @@ func (s *Server) uiSessionInfo(w http.ResponseWriter, r *http.Request) {
 // POST /ui/logout → 204, the session ended and its cookie cleared.
 func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request) {
 	s.ui.end(uiSessionFrom(r).id)
+	s.logger.Info("localapi: status page signed out")
 	http.SetCookie(w, &http.Cookie{Name: UICookieName, Value: "", Path: uiCookiePath, MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -201,10 +201,10 @@ func (s *uiStack) mustCall(t *testing.T, method, path, body string) map[string]a
 	return out
 }
 
-// waitAPI polls the local API until ok says yes, for at most 20 s.
+// waitAPI polls the local API until ok says yes, for at most a minute.
 func (s *uiStack) waitAPI(t *testing.T, path, what string, ok func(st int, body map[string]any) bool) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -452,7 +452,7 @@ func (p *page) listen(ev any) {
 
 func (p *page) do(actions ...chromedp.Action[chromedp.Void]) {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, 60*time.Second)
 	defer cancel()
 	if err := chromedp.Do(ctx, actions...); err != nil {
 		p.t.Fatalf("%v\nthe page says: %s", err, p.bodyText())
@@ -460,12 +460,13 @@ func (p *page) do(actions ...chromedp.Action[chromedp.Void]) {
 }
 
 // wait polls a JavaScript condition on the page until it is true, for at
-// most 20 s.
+// most a minute (a loaded CI machine running -race is slow; a passing run
+// waits no longer for it).
 func (p *page) wait(what, cond string) {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 20*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
 	defer cancel()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(20*time.Millisecond))); err != nil {
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(time.Minute), chromedp.WithPollingInterval(20*time.Millisecond))); err != nil {
 		p.t.Fatalf("waiting for %s (%s): %v\nthe page says: %s", what, cond, err, p.bodyText())
 	}
 }
@@ -918,35 +919,31 @@ func checkContrast(t *testing.T, p *page) {
 func checkKeyboard(t *testing.T, p *page, opID string) {
 	t.Helper()
 	p.do(chromedp.Evaluate[chromedp.Void](`document.activeElement && document.activeElement.blur(), window.scrollTo(0, 0)`))
-	want := map[string]string{
-		"retry":       fmt.Sprintf(`document.activeElement === document.querySelector(%s)`, js(keyed("failed-list", opID)+" .retry")),
-		"take server": `document.activeElement.classList.contains("take-server")`,
-		"a radio":     `document.activeElement.type === "radio"`,
-		"sign out":    `document.activeElement.id === "logout"`,
-	}
+	// After each Tab, one look at what has the focus.
+	look := fmt.Sprintf(`(() => {
+		const a = document.activeElement, out = [];
+		if (a === document.querySelector(%s)) out.push("retry");
+		if (a.classList.contains("take-server")) out.push("take server");
+		if (a.type === "radio") out.push("a radio");
+		if (a.id === "logout") out.push("sign out");
+		if (a.tagName === "BUTTON" && getComputedStyle(a).outlineStyle !== "none") out.push("outline");
+		return out;
+	})()`, js(keyed("failed-list", opID)+" .retry"))
+	want := []string{"retry", "take server", "a radio", "sign out", "outline"}
 	reached := map[string]bool{}
-	outlined := false
 	for range 80 {
 		p.do(chromedp.KeyEvent(kb.Tab))
-		for name, cond := range want {
-			if !reached[name] && evalOn[bool](p, cond) {
-				reached[name] = true
-			}
+		for _, name := range evalOn[[]string](p, look) {
+			reached[name] = true
 		}
-		if !outlined && evalOn[bool](p, `document.activeElement.tagName === "BUTTON" && getComputedStyle(document.activeElement).outlineStyle !== "none"`) {
-			outlined = true
-		}
-		if len(reached) == len(want) && outlined {
+		if len(reached) == len(want) {
 			break
 		}
 	}
-	for name := range want {
+	for _, name := range want {
 		if !reached[name] {
-			t.Errorf("Tab never reached %s", name)
+			t.Errorf("Tab never reached %s (a focused button with an outline: \"outline\")", name)
 		}
-	}
-	if !outlined {
-		t.Error("no focused button showed an outline")
 	}
 	// Enter on a focused button acts as a click: it arms Discard.
 	discard := keyed("failed-list", opID) + " .discard"

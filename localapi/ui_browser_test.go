@@ -1006,16 +1006,24 @@ func TestUIFirstViewTenThousandQueued(t *testing.T) {
 	t.Logf("the last load (start+duration): \n%s", strings.Join(timings, "\n"))
 }
 
-// A session that ends while the page is open (here pushed out by
-// MaxUISessions newer sign-ins; expiry and a sign-out elsewhere end it
-// the same way): the daemon closes the page's stream, and the page hides
-// what it showed and says how to sign in again.
+// The state in the header follows the daemon's: a daemon that never
+// reached its remote is offline; an account signing out (an app's
+// DELETE /v1/session) pauses it, live. Then the page's own session ends
+// while it is open (here pushed out by MaxUISessions newer sign-ins;
+// expiry and a sign-out elsewhere end it the same way): the daemon
+// closes the page's stream, and the page hides what it showed and says
+// how to sign in again.
 func TestUISessionEndsUnderThePage(t *testing.T) {
 	s := startUIStack(t, uiStackOptions{noSend: true})
 	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"n1","data":{"title":"queued"}}`)
 	p := openBrowser(t)
 	p.signIn(s, "")
 	p.wait("the stream", `document.getElementById("live").dataset.live === "on"`)
+	if got := p.text("#sync-state"); got != "Offline" {
+		t.Errorf("a daemon that never reached its remote shows %q, want Offline", got)
+	}
+	s.mustCall(t, "DELETE", "/v1/session", "")
+	p.wait("the paused state", `document.getElementById("sync-state").textContent === "Paused: signed out" && document.getElementById("account").textContent === "No account signed in"`)
 
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for range localapi.MaxUISessions {

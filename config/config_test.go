@@ -162,6 +162,8 @@ func TestErrors(t *testing.T) {
 		{"wildcard host", `{"allowedHosts": ["*.lan"]}`, nil, nil, config.ErrInvalid, "allowedHosts"},
 		{"bad log format", "", nil, []string{"--log-format", "xml"}, config.ErrInvalid, "logFormat"},
 		{"bad service name", "", nil, []string{"--service-name", "../x"}, config.ErrInvalid, "service name"},
+		{"bad ui", `{"ui": "false"}`, nil, nil, config.ErrInvalid, `ui "false": want on or off`},
+		{"bad ui in env", "", env{"SYNCD_UI": "no"}, nil, config.ErrInvalid, "want on or off"},
 		{"missing --config", "", nil, []string{"--config", filepath.Join(dir, "none.json")}, config.ErrNoConfigFile, "none.json"},
 	}
 	for _, tt := range tests {
@@ -377,5 +379,49 @@ func TestSocketSetting(t *testing.T) {
 	// A scratch daemon (syncd bench) has none.
 	if s, err := config.Scratch(dataDir); err != nil || s.Socket != config.SocketOff {
 		t.Errorf("Scratch socket %q, %v", s.Socket, err)
+	}
+}
+
+// The ui setting: on by default, off from the file, the environment or
+// the flag, the flag last.
+func TestUISetting(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		file string
+		env  env
+		args []string
+		want string
+	}{
+		{"default", "", nil, nil, config.UIOn},
+		{"file", `{"ui": "off"}`, nil, nil, config.UIOff},
+		{"env", "", env{"SYNCD_UI": "off"}, nil, config.UIOff},
+		{"flag", "", nil, []string{"--ui=off"}, config.UIOff},
+		{"flag over file", `{"ui": "off"}`, nil, []string{"--ui", "on"}, config.UIOn},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := env{"HOME": t.TempDir()}
+			for k, v := range tt.env {
+				e[k] = v
+			}
+			if tt.file != "" {
+				e[config.EnvConfig] = writeFile(t, t.TempDir(), "c.json", tt.file)
+			}
+			l, err := load(t, append([]string{"--data-dir", t.TempDir()}, tt.args...), e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Settings.UI != tt.want {
+				t.Errorf("ui = %q, want %q", l.Settings.UI, tt.want)
+			}
+			var b bytes.Buffer
+			if err := config.WriteJSON(&b, l.Settings); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), `"ui": "`+tt.want+`"`) {
+				t.Errorf("--print-config lacks ui:\n%s", b.String())
+			}
+		})
 	}
 }

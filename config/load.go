@@ -50,6 +50,7 @@ var table = []setting{
 	{"maxQueueBytes", "max-queue-bytes", "bound on what the operations waiting to be sent take; past it writes answer 507 storage_full (0: no limit)", false, func(s *Settings) any { return &s.MaxQueueBytes }},
 	{"batch", "batch", "send ready operations in batches: auto (where the remote advertises a batch route in GET /v1/capabilities), on or off", false, func(s *Settings) any { return &s.Batch }},
 	{"pull", "pull", "pull the server's changes: auto (when the remote has a changes feed), on or off", false, func(s *Settings) any { return &s.Pull }},
+	{"ui", "ui", "serve the status page under /ui/ (syncd ui opens it): on or off", false, func(s *Settings) any { return &s.UI }},
 	{"lockTimeout", "lock-timeout", "how long to wait for another syncd to release the data directory", false, func(s *Settings) any { return &s.LockTimeout }},
 	{"shutdownTimeout", "shutdown-timeout", "how long a stop lets sends in flight finish", false, func(s *Settings) any { return &s.ShutdownTimeout }},
 	{"logLevel", "log-level", "debug, info, warn or error", false, func(s *Settings) any { return &s.LogLevel }},

@@ -33,6 +33,10 @@ const (
 	// SocketOff, as the socket setting, serves the local API on Listen
 	// only, without a Unix socket.
 	SocketOff = "off"
+	// UIOn and UIOff are the values of the ui setting; UIOn is the
+	// default.
+	UIOn  = "on"
+	UIOff = "off"
 	// bodyOverhead is what a request body may carry beyond the entity's
 	// data (the JSON envelope): MaxBodyBytes defaults to MaxDataBytes
 	// plus this.
@@ -107,6 +111,10 @@ type Settings struct {
 	// (where the remote advertises a batch route in GET
 	// /v1/capabilities), on or off.
 	Batch string `json:"batch"`
+	// UI says whether the status page is served under /ui/ (docs/ui.md):
+	// on (the default) or off, when every /ui/ route and POST
+	// /v1/ui/links answer 404 not_found.
+	UI string `json:"ui"`
 	// LockTimeout is how long a start waits for another syncd to release
 	// the data directory before giving up.
 	LockTimeout time.Duration `json:"lockTimeout"`
@@ -138,6 +146,7 @@ func Defaults(scope Scope, getenv func(string) string) Settings {
 		MaxQueueBytes:   queue.DefaultMaxQueueBytes,
 		Pull:            string(daemon.PullAuto),
 		Batch:           string(daemon.BatchAuto),
+		UI:              UIOn,
 		LockTimeout:     queue.DefaultLockTimeout,
 		ShutdownTimeout: DefaultShutdownTimeout,
 		LogLevel:        DefaultLogLevel,
@@ -254,6 +263,11 @@ func (s *Settings) finish() error {
 	case daemon.PullAuto, daemon.PullOn, daemon.PullOff:
 	default:
 		return fmt.Errorf("%w: pull %q: want auto, on or off", ErrInvalid, s.Pull)
+	}
+	switch s.UI {
+	case UIOn, UIOff:
+	default:
+		return fmt.Errorf("%w: ui %q: want on or off", ErrInvalid, s.UI)
 	}
 	switch s.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -78,6 +78,8 @@ func TestAppTokenScopes(t *testing.T) {
 		{notes, "GET", "/v1/apps", "", 403, CodeAdminRequired},
 		{notes, "DELETE", "/v1/apps/reader", "", 403, CodeAdminRequired},
 		{notes, "GET", "/metrics", "", 403, CodeAdminRequired},
+		{notes, "GET", "/v1/status/history", "", 403, CodeAdminRequired},
+		{notes, "POST", "/v1/ui/links", "", 403, CodeAdminRequired},
 		// A read-only token, on its own type.
 		{reader, "POST", "/v1/entities/note", write, 403, CodeReadOnly},
 		{reader, "PATCH", "/v1/entities/note/n1", write, 403, CodeReadOnly},

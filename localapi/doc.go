@@ -48,6 +48,20 @@
 // read from the data file in chunks.
 // See docs/events.md.
 //
+// # Status page
+//
+// The daemon's status page (ui.go, uiauth.go; docs/ui.md) is served
+// under /ui/ on the same listeners, inside the same guard, but signed in
+// without the token: POST /v1/ui/links (admin token) makes a one-time
+// code, valid for UILinkLifetime; GET /ui/login?code= trades it for a
+// session cookie (HttpOnly, SameSite=Strict, Path=/ui/, for
+// UISessionLifetime; sessions live in memory); the page's files are
+// embedded (uiassets, go:embed) and served with the session only; its
+// requests reach the whole API under /ui/api/ with the admin token's
+// scope, writes with the session's CSRF token and the page's own
+// Origin. Config.UIOff turns it off. GET /v1/status/history serves the
+// samples of a daemon.History (Config.History).
+//
 // # Description
 //
 // openapi.json, embedded and served at GET /v1/openapi.json, describes

@@ -44,7 +44,11 @@ var (
 const (
 	CodeUnauthorized         = "unauthorized"           // 401: missing or wrong bearer token
 	CodeForbiddenHost        = "forbidden_host"         // 403: Host is not a loopback name
-	CodeForbiddenOrigin      = "forbidden_origin"       // 403: Origin not on the allowlist
+	CodeForbiddenOrigin      = "forbidden_origin"       // 403: Origin not on the allowlist (under /ui/: not the status page's own, or missing on a write)
+	CodeSessionRequired      = "session_required"       // 401: a /ui/ route without a live status page session
+	CodeCSRFFailed           = "csrf_failed"            // 403: a status page write without its session's X-CSRF-Token
+	CodeTooManyLinks         = "too_many_links"         // 429: MaxUILinks sign-in links are outstanding
+	CodeUIUnreachable        = "ui_unreachable"         // 409: a sign-in link, but no loopback TCP listener serves the status page
 	CodeAdminRequired        = "admin_required"         // 403: the route needs the admin token; an app token was sent
 	CodeReadOnly             = "read_only"              // 403: a write with a read-only app token
 	CodeTypeNotGranted       = "type_not_granted"       // 403: an entity type the app token is not granted
@@ -147,6 +151,8 @@ func classify(err error) (status int, code string) {
 		return http.StatusNotFound, CodeNotFound
 	case errors.Is(err, queue.ErrInvalidApp):
 		return http.StatusBadRequest, CodeInvalidRequest
+	case errors.Is(err, errTooManyLinks):
+		return http.StatusTooManyRequests, CodeTooManyLinks
 	case errors.Is(err, queue.ErrAppExists):
 		return http.StatusConflict, CodeAppExists
 	case errors.Is(err, queue.ErrEntityExists):

@@ -87,7 +87,8 @@ const (
 	// reconnect with since = the last seq read.
 	CloseInternal = websocket.CloseInternalServerErr
 	// CloseRevoked (4401): the stream's app token was revoked (its app
-	// removed). Do not reconnect with it: a new handshake gets 401.
+	// removed), or the status page's session ended (signed out,
+	// expired). Do not reconnect with it: a new handshake gets 401.
 	CloseRevoked = 4401
 )
 
@@ -97,6 +98,9 @@ const (
 	reasonShutdown = "shutting_down: syncd is stopping; reconnect with since=<last seq read>"
 	reasonInternal = "internal: reading the event log failed; see the daemon's log; reconnect with since=<last seq read>"
 	reasonRevoked  = "token_revoked: this app's token was revoked; do not reconnect with it"
+	// reasonSessionEnded closes a status page stream (code CloseRevoked)
+	// whose session ended: signed out, or expired.
+	reasonSessionEnded = "session_ended: the status page's session ended; sign in again with syncd ui"
 )
 
 // Bus is what the events endpoint needs from the event bus. *daemon.Bus
@@ -282,7 +286,14 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if bc, ok := hw.conn.Conn.(interface{ SetWriteBuffer(int) error }); ok {
 		_ = bc.SetWriteBuffer(s.eventSocketBuffer)
 	}
-	s.stream(conn, hw.conn, sub, revoked, admit)
+	// A stream the status page opened ends with the page's session.
+	reason := reasonRevoked
+	end, stopWatch := s.uiStreamEnd(r)
+	defer stopWatch()
+	if end != nil {
+		revoked, reason = end, reasonSessionEnded
+	}
+	s.stream(conn, hw.conn, sub, revoked, reason, admit)
 }
 
 // hijackWriter hands gorilla/websocket a corkConn around the hijacked
@@ -443,7 +454,7 @@ func eventFilter(types, entityType, account string) (daemon.Filter, error) {
 // app token's: the signed-in account's only). This goroutine is the
 // only writer of data frames; a reader goroutine answers pings, takes
 // pongs and notices the subscriber's close.
-func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscription, revoked <-chan struct{}, admit func(queue.Event) bool) {
+func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscription, revoked <-chan struct{}, revokedReason string, admit func(queue.Event) bool) {
 	pongWait := pongWaitFactor * s.pingInterval
 	readerDone := make(chan struct{})
 	conn.SetReadLimit(4 << 10) // subscribers send nothing but control frames
@@ -507,7 +518,7 @@ func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscrip
 	ended := func() bool {
 		select {
 		case <-revoked:
-			closeWith(CloseRevoked, reasonRevoked)
+			closeWith(CloseRevoked, revokedReason)
 			return true
 		default:
 		}
@@ -618,7 +629,7 @@ func (s *Server) stream(conn *websocket.Conn, cc *corkConn, sub *daemon.Subscrip
 			closeWith(CloseGoingAway, reasonShutdown)
 			return
 		case <-revoked:
-			closeWith(CloseRevoked, reasonRevoked)
+			closeWith(CloseRevoked, revokedReason)
 			return
 		case <-readerDone:
 			return // the subscriber closed, or went silent past pongWait

@@ -43,6 +43,11 @@ const (
 // mux's own 404 and 405 answers are rewritten into the API's error
 // shape. A panic in a handler is answered 500 internal and logged
 // (recoverPanic).
+//
+// The status page's prefix, /ui/, leaves the guard after the Host check
+// for serveUI (ui.go): a loopback Host only, its own Origin rule (absent
+// or exactly the page's own) and the session cookie instead of the
+// token, then dispatch as for the admin token under /ui/api/.
 func (s *Server) guard(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pw := &panicWriter{ResponseWriter: w, writeTimeout: s.writeTimeout}
@@ -57,6 +62,12 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 		if !fromUnixSocket(r) && !s.allowedHost(r.Host) {
 			s.gate.refuseUnauth(w, r)
 			writeError(w, http.StatusForbidden, CodeForbiddenHost, "Host "+quoteHeader(r.Host)+" is not a loopback name")
+			return
+		}
+		if isUIPath(r.URL.Path) {
+			// The status page: its own Origin rule and the session
+			// cookie instead of the token (ui.go).
+			s.serveUI(pw, r, mux)
 			return
 		}
 		if origin, ok := r.Header["Origin"]; ok {
@@ -83,47 +94,55 @@ func (s *Server) guard(mux *http.ServeMux) http.Handler {
 			return
 		}
 		s.gate.authenticated(r)
-		r = withGrant(r, g)
-		limit := s.maxBody
-		if r.URL.Path == batchPath {
-			limit = max(limit, DefaultMaxBatchBytes)
-		}
-		if r.ContentLength > limit {
-			writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body is larger than "+itoa(limit)+" bytes")
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		s.dispatch(pw, r, mux, g)
+	})
+}
 
-		if seg, ok := dotID(r.URL.Path); ok {
-			// An id "." or ".." (escaped as %2E): the mux would clean it
-			// away and address another resource.
-			writeError(w, http.StatusBadRequest, CodeInvalidRequest, "id "+strconv.Quote(seg)+" in the path: "+errDotID.Error())
+// dispatch serves an authenticated request, the caller's grant g (nil:
+// the admin token, or the status page's session): the body size limit,
+// the path's shape, the route's scope, then the route's handler.
+func (s *Server) dispatch(pw *panicWriter, r *http.Request, mux *http.ServeMux, g *grant) {
+	w := pw
+	r = withGrant(r, g)
+	limit := s.maxBody
+	if r.URL.Path == batchPath {
+		limit = max(limit, DefaultMaxBatchBytes)
+	}
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body is larger than "+itoa(limit)+" bytes")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+
+	if seg, ok := dotID(r.URL.Path); ok {
+		// An id "." or ".." (escaped as %2E): the mux would clean it
+		// away and address another resource.
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "id "+strconv.Quote(seg)+" in the path: "+errDotID.Error())
+		return
+	}
+	if p := cleanPath(r.URL.Path); p != r.URL.Path {
+		// The mux would redirect; an API client should fix its URL.
+		writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path+" (did you mean "+p+"?)")
+		return
+	}
+	_, pattern := mux.Handler(r)
+	if pattern == "" {
+		s.unrouted(w, r, mux)
+		return
+	}
+	if g != nil {
+		switch s.scopes[pattern] {
+		case scopeAdmin:
+			writeError(w, http.StatusForbidden, CodeAdminRequired, r.Method+" "+r.URL.Path+" needs the admin token; app "+strconv.Quote(g.name)+"'s token cannot use it")
 			return
-		}
-		if p := cleanPath(r.URL.Path); p != r.URL.Path {
-			// The mux would redirect; an API client should fix its URL.
-			writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path+" (did you mean "+p+"?)")
-			return
-		}
-		_, pattern := mux.Handler(r)
-		if pattern == "" {
-			s.unrouted(w, r, mux)
-			return
-		}
-		if g != nil {
-			switch s.scopes[pattern] {
-			case scopeAdmin:
-				writeError(w, http.StatusForbidden, CodeAdminRequired, r.Method+" "+r.URL.Path+" needs the admin token; app "+strconv.Quote(g.name)+"'s token cannot use it")
+		case scopeWrite:
+			if g.readOnly {
+				writeError(w, http.StatusForbidden, CodeReadOnly, "app "+strconv.Quote(g.name)+"'s token is read-only: "+r.Method+" "+r.URL.Path+" writes")
 				return
-			case scopeWrite:
-				if g.readOnly {
-					writeError(w, http.StatusForbidden, CodeReadOnly, "app "+strconv.Quote(g.name)+"'s token is read-only: "+r.Method+" "+r.URL.Path+" writes")
-					return
-				}
 			}
 		}
-		mux.ServeHTTP(pw, r)
-	})
+	}
+	mux.ServeHTTP(pw, r)
 }
 
 // recoverPanic answers a request whose handler panicked with 500

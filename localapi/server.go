@@ -123,6 +123,16 @@ type Config struct {
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 
+	// UIOff turns the status page off (docs/ui.md): every /ui/ route
+	// and POST /v1/ui/links answer 404 not_found.
+	UIOff bool
+	// Now is the clock of the status page's sign-in codes and sessions
+	// (default time.Now).
+	Now func() time.Time
+	// History serves GET /v1/status/history (*daemon.History). Nil: the
+	// route answers 404 not_found.
+	History History
+
 	// Bus is the event bus behind GET /v1/events (*daemon.Bus). Nil:
 	// the route answers 404 not_found.
 	Bus Bus
@@ -204,8 +214,15 @@ type Server struct {
 	gate              connGate
 	storageFull       rateLog
 
+	uiOff bool
+	ui    *uiAuth
+	uiMux *http.ServeMux
+
+	history History
+
 	runMu   sync.Mutex
 	running bool
+	tcpAddr *net.TCPAddr // Run's loopback TCP listener, for sign-in links
 
 	// testHookConnState, if set by a test, runs after the server handled
 	// a connection's state change (Run only).
@@ -259,6 +276,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.gate = connGate{max: cmp.Or(cfg.MaxUnauthenticatedConns, DefaultMaxUnauthenticatedConns), logger: s.logger}
 	s.metrics = cfg.Metrics
+	s.uiOff, s.history = cfg.UIOff, cfg.History
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	s.ui = newUIAuth(now)
+	s.uiMux = s.uiRoutes()
 	if s.metrics == nil {
 		if dm, ok := cfg.Daemon.(interface{ MetricsHandler() http.Handler }); ok {
 			s.metrics = dm.MetricsHandler()
@@ -305,6 +329,9 @@ func (s *Server) routeTable() []route {
 		{"PUT /v1/session", http.HandlerFunc(s.putSession), scopeAdmin},
 		{"DELETE /v1/session", http.HandlerFunc(s.deleteSession), scopeAdmin},
 		{"GET /v1/status", http.HandlerFunc(s.getStatus), scopeRead},
+		// Counts every app's operations, as queue.totals does, which
+		// app tokens do not get either.
+		{"GET /v1/status/history", http.HandlerFunc(s.statusHistory), scopeAdmin},
 
 		{"POST /v1/entities/{type}", http.HandlerFunc(s.createEntity), scopeWrite},
 		{"GET /v1/entities/{type}", http.HandlerFunc(s.listEntities), scopeRead},
@@ -330,6 +357,9 @@ func (s *Server) routeTable() []route {
 	}
 	if s.metrics != nil {
 		rs = append(rs, route{"GET /metrics", s.metrics, scopeAdmin})
+	}
+	if !s.uiOff {
+		rs = append(rs, route{"POST /v1/ui/links", http.HandlerFunc(s.uiLinks), scopeAdmin})
 	}
 	return rs
 }
@@ -371,6 +401,11 @@ func (s *Server) Run(ctx context.Context, lns ...net.Listener) error {
 		return errors.New("localapi: Run called twice")
 	}
 	s.running = true
+	for _, ln := range lns {
+		if a, ok := ln.Addr().(*net.TCPAddr); ok && s.tcpAddr == nil {
+			s.tcpAddr = a
+		}
+	}
 	s.runMu.Unlock()
 
 	hs := &http.Server{

@@ -34,6 +34,7 @@ func commands() []command {
 		{"ops", "list, show, retry or discard queued operations", cmdOps},
 		{"apps", "add, list or remove app tokens, each scoped to entity types", cmdApps},
 		{"events", "print the live sync event stream", cmdEvents},
+		{"ui", "open the status page in the browser, signed in by a one-time link", cmdUI},
 		{"compact", "rewrite the data file without its free pages (syncd stopped)", cmdCompact},
 		{"bench", "measure durable creates and syncing on this machine, in a scratch directory", cmdBench},
 		{"service", "install, start, stop or uninstall syncd as an OS service", cmdService},

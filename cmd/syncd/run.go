@@ -77,6 +77,12 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 	// marks the queue totals as possibly changed.
 	bus := daemon.NewBus(daemon.BusConfig{})
 	totals := daemon.NewTotals(daemon.TotalsConfig{Logger: logger})
+	// The status page's chart: the queue's depth and the sends, sampled
+	// in memory.
+	history, err := daemon.NewHistory(daemon.HistoryConfig{Logger: logger})
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
 	dbPath := filepath.Join(rc.DataDir, dataFileName)
 	// bbolt never shrinks its file: give back a large free share at start.
 	if ok, before, after, err := queue.CompactIfWorthIt(dbPath); errors.Is(err, queue.ErrLocked) {
@@ -96,6 +102,7 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 		OnCommit: func(events []queue.Event) {
 			bus.Publish(events)
 			totals.Observe(events)
+			history.Observe(events)
 		},
 	})
 	if errors.Is(err, queue.ErrLocked) {
@@ -114,6 +121,9 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 	}
 	totals.Start(context.WithoutCancel(ctx))
 	defer totals.Stop()
+	history.SetStore(store)
+	history.Start(context.WithoutCancel(ctx))
+	defer history.Stop()
 	remoteURL := rc.Remote
 	if remoteURL == "" {
 		url, path, stopRemote, err := startEmbeddedRemote(ctx, rc.DataDir, rc.MaxDataBytes, logger)
@@ -175,6 +185,8 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 		AllowedHosts:   rc.AllowedHosts,
 		Logger:         logger,
 		Bus:            bus,
+		UIOff:          rc.UI == config.UIOff,
+		History:        history,
 	}
 	if rc.ForceListen {
 		// Requests to a forced address carry its host name in Host.
@@ -234,6 +246,7 @@ func runDaemon(ctx context.Context, rc config.Settings, stdout io.Writer, logger
 	bus.Close() // the API has stopped: no subscriber is left
 	stopDaemon()
 	totals.Stop()
+	history.Stop()
 	if err := store.Close(); err != nil {
 		return fmt.Errorf("run: close queue: %w", err)
 	}

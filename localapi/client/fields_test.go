@@ -25,6 +25,7 @@ func TestClientTypesCarryEveryMember(t *testing.T) {
 		{queue.Conflict{}, client.Conflict{}},
 		{queue.ConflictPath{}, client.ConflictPath{}},
 		{transport.Version{}, client.Version{}},
+		{daemon.Sample{}, client.StatusSample{}},
 	} {
 		have := jsonNames(reflect.TypeOf(c.client))
 		for name := range jsonNames(reflect.TypeOf(c.api)) {

@@ -63,7 +63,12 @@ type Env struct {
 	Store  *queue.Store
 	Daemon *daemon.Daemon
 	Bus    *daemon.Bus
-	Server *localapi.Server
+	// History is the status history the server serves (GET
+	// /v1/status/history) unless Options.Config.History is set: fed by
+	// the store's commits, sampled only when a test calls its Sample
+	// (its loop is not started).
+	History *daemon.History
+	Server  *localapi.Server
 	// Addr is the API's host:port on 127.0.0.1; URL is http://Addr.
 	Addr string
 	URL  string
@@ -86,9 +91,17 @@ func Start(t testing.TB, o Options) *Env {
 	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
 	e := &Env{Bus: daemon.NewBus(o.Bus)}
+	h, err := daemon.NewHistory(daemon.HistoryConfig{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.History = h
 	qcfg := o.Queue
 	qcfg.NoSync = !o.Durable
-	qcfg.OnCommit = e.Bus.Publish
+	qcfg.OnCommit = func(events []queue.Event) {
+		e.Bus.Publish(events)
+		h.Observe(events)
+	}
 	if qcfg.Logger == nil {
 		qcfg.Logger = logger
 	}
@@ -97,6 +110,7 @@ func Start(t testing.TB, o Options) *Env {
 		t.Fatal(err)
 	}
 	e.Store = store
+	h.SetStore(store)
 	t.Cleanup(func() {
 		if err := store.Check(); err != nil {
 			t.Errorf("queue invariants after test: %v", err)
@@ -163,6 +177,9 @@ func Start(t testing.TB, o Options) *Env {
 
 	cfg := o.Config
 	cfg.Daemon, cfg.Token, cfg.Bus = d, Token, e.Bus
+	if cfg.History == nil {
+		cfg.History = e.History
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = logger
 	}

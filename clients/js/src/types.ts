@@ -445,7 +445,8 @@ export const errorCodes = [
   "entity_exists", "illegal_transition", "not_purgeable", "no_conflict", "purge_in_progress", "idempotency_key_reused",
   "upgrade_required", "internal", "shutting_down", "too_many_subscribers", "storage_full", "admin_required", "read_only",
   "type_not_granted", "account_not_granted", "app_exists", "refresh_unsupported", "remote_unavailable",
-  "entity_stale", "versions_unsupported", "not_on_server",
+  "entity_stale", "versions_unsupported", "not_on_server", "session_required", "csrf_failed", "too_many_links",
+  "ui_unreachable",
 ] as const;
 
 /** An error code of the local API. */

@@ -35,6 +35,17 @@ func chromium() (string, bool) {
 	return "", false
 }
 
+// noChromium skips a browser test on a machine without Chromium, and
+// fails it in CI (CI set, as .ci/run sets it), where a skipped browser
+// test would pass unseen.
+func noChromium(t *testing.T) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatal("Chromium not found, and CI is set: .ci/run installs Debian's chromium package (or set SYNCD_CHROMIUM)")
+	}
+	t.Skip("Chromium not found (install Debian's chromium package, or set SYNCD_CHROMIUM): the browser test is skipped; .ci/run installs it")
+}
+
 // browserPage subscribes twice (token as a subprotocol, and as ?token=),
 // writes one entity itself (a CORS request with the token), tells the
 // test it is ready, and posts what each socket received once both have
@@ -90,7 +101,7 @@ func TestBrowserEvents(t *testing.T) {
 	t.Parallel()
 	bin, ok := chromium()
 	if !ok {
-		t.Skip("Chromium not found (install Debian's chromium package, or set SYNCD_CHROMIUM): the browser test is skipped; .ci/run installs it")
+		noChromium(t)
 	}
 
 	// The page's own server; its origin is on the daemon's allowlist.

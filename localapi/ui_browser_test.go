@@ -385,7 +385,7 @@ func openBrowser(t *testing.T) *page {
 	t.Helper()
 	bin, ok := chromium()
 	if !ok {
-		t.Skip("Chromium not found (install Debian's chromium package, or set SYNCD_CHROMIUM): the browser test is skipped; .ci/run installs it")
+		noChromium(t)
 	}
 	dir := os.Getenv("SYNCD_UI_SCREENSHOTS")
 	if dir == "" {

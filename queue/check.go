@@ -29,7 +29,9 @@ import (
 //   - a declined operation is permanently failed and not maybe applied,
 //     and every operation's payload fingerprint matches its payload;
 //   - an operation whose payload is kept in its entity's row is listed
-//     by that row (payloadref.go).
+//     by that row (payloadref.go);
+//   - the change log's rows read and hold consecutive events up to its
+//     sequence.
 func (s *Store) Check() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -238,6 +240,30 @@ func (s *Store) Check() error {
 			if got != len(ix.want) {
 				bad("%s index has %d entries, want %d", ix.name, got, len(ix.want))
 			}
+		}
+
+		// The change log: every row reads, and the rows hold the
+		// contiguous range of events from the first key to the
+		// sequence (a group's, from its key on).
+		evs := tx.Bucket(bucketEvents)
+		var next uint64
+		if err := evs.ForEach(func(k, v []byte) error {
+			first := readU64(k)
+			if next != 0 && first != next {
+				bad("events: a row at %d where %d was next", first, next)
+			}
+			n := uint64(0)
+			if err := decodeEvents(first, v, func(Event) error { n++; return nil }); err != nil {
+				bad("%v", err)
+				n = 1
+			}
+			next = first + n
+			return nil
+		}); err != nil {
+			return err
+		}
+		if next != 0 && next-1 != evs.Sequence() {
+			bad("events: the last row ends at %d, the sequence is %d", next-1, evs.Sequence())
 		}
 
 		// Entities against their partitions.

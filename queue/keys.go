@@ -20,7 +20,7 @@ var (
 	bucketReady      = []byte("ready")          // account → bucket of nextAttemptAt+seq → empty: heads waiting to be sent
 	bucketLeases     = []byte("leases")         // account → bucket of leaseExpiresAt+seq → empty: ops being sent
 	bucketDone       = []byte("done")           // completedAt+seq → empty: done ops, for the retention sweep
-	bucketEvents     = []byte("events")         // seq → Event row (eventcodec.go): the durable change log
+	bucketEvents     = []byte("events")         // seq → Event row, or the row of the events from seq on (eventcodec.go): the durable change log
 	bucketWaits      = []byte("waits")          // operation id\0seq → empty: the operation seq waits for (ordered batches)
 	bucketApps       = []byte("apps")           // app name → App JSON: the apps' grants on the local API
 )
@@ -48,8 +48,10 @@ var (
 // and counts operations per app and per account and entity type; Open
 // builds those counts in an older file. Version 5 keeps the unfinished
 // index as bitmaps of 1,024 seqs (unfinishedset.go) instead of a key per
-// operation; Open converts version 4's.
-const schemaVersion = 5
+// operation; Open converts version 4's. Version 6 stores the events of
+// one write in one row (eventcodec.go, rowGroup); it reads version 5's
+// rows, an event each, as they are.
+const schemaVersion = 6
 
 // accountCountKey is the key of an account's count of operations in a
 // state. It starts with NUL, so it never equals a state's own key.

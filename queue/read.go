@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -421,17 +422,54 @@ func (s *Store) Events(since uint64, limit int) (events []Event, oldest uint64, 
 		if k, _ := c.First(); k != nil {
 			oldest = readU64(k)
 		}
-		for k, v := c.Seek(u64(since + 1)); k != nil && (limit <= 0 || len(events) < limit); k, v = c.Next() {
-			e, err := decodeEvent(readU64(k), v)
+		// A row holds the events from its key on (a group's, schema 6):
+		// the one before the first key above since may hold since+1.
+		k, v := c.Seek(u64(since + 1))
+		if k == nil || readU64(k) > since+1 {
+			var pk, pv []byte
+			if k == nil {
+				pk, pv = c.Last()
+			} else {
+				pk, pv = c.Prev()
+			}
+			holds := false
+			if pk != nil {
+				last, err := lastEventSeq(readU64(pk), pv)
+				if err != nil {
+					return err
+				}
+				holds = last > since
+			}
+			if holds {
+				k, v = pk, pv
+			} else {
+				k, v = c.Seek(u64(since + 1))
+			}
+		}
+		for ; k != nil; k, v = c.Next() {
+			err := decodeEvents(readU64(k), v, func(e Event) error {
+				if limit > 0 && len(events) >= limit {
+					return errEnough
+				}
+				if e.Seq > since {
+					events = append(events, e)
+				}
+				return nil
+			})
+			if err == errEnough {
+				return nil
+			}
 			if err != nil {
 				return err
 			}
-			events = append(events, e)
 		}
 		return nil
 	})
 	return events, oldest, err
 }
+
+// errEnough ends a walk that has what it needs.
+var errEnough = errors.New("queue: enough")
 
 // LastEventSeq returns the seq of the newest event ever written.
 func (s *Store) LastEventSeq() (uint64, error) {

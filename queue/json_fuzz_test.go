@@ -92,6 +92,21 @@ func FuzzCanonicalJSON(f *testing.F) {
 	})
 }
 
+// After jsonstrict.Check, checkedObject tells objects as isObject does.
+func FuzzCheckedObject(f *testing.F) {
+	for _, seed := range []string{`{}`, " \n\t{\"a\":1} ", `[{}]`, `"{"`, `null`, `1`, ` `, `{"a":1}{}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if jsonstrict.Check(data, MaxDataDepth) != nil {
+			return
+		}
+		if checkedObject(data) != isObject(data) {
+			t.Fatalf("checkedObject(%q) = %v, isObject %v", data, checkedObject(data), isObject(data))
+		}
+	})
+}
+
 // accepted: data is what a write may carry (one strict JSON object).
 func accepted(data []byte) bool {
 	return jsonstrict.Check(data, MaxDataDepth) == nil && isObject(data)

@@ -92,7 +92,7 @@ func (s *Store) validate(w *Write) error {
 	if err := jsonstrict.Check(w.Data, MaxDataDepth); err != nil {
 		return fmt.Errorf("%w: data: %w", ErrInvalidWrite, err)
 	}
-	if !isObject(w.Data) {
+	if !checkedObject(w.Data) {
 		return fmt.Errorf("%w: data must be a JSON object", ErrInvalidWrite)
 	}
 	return nil

@@ -50,7 +50,7 @@ var eventTypeTable = []string{
 
 // encodeEvent returns e's row.
 func encodeEvent(e *Event) []byte {
-	w := &rowWriter{b: make([]byte, 0, 96+len(e.Data))}
+	w := newRowWriter(96 + len(e.Data))
 	w.time(evTime, e.Time)
 	w.enum(evType, e.Type, eventTypeTable)
 	w.str(evAccountID, e.AccountID)

@@ -75,11 +75,35 @@ func typeCountKey(account, entityType string, st State) []byte {
 // its app's when an app made it. The shares' keys start below ' ', so
 // they never equal a state's own key.
 func countKeys(op *Operation, st State) [][]byte {
-	keys := [][]byte{[]byte(st), accountCountKey(op.AccountID, st), typeCountKey(op.AccountID, op.EntityType, st)}
-	if op.App != "" {
-		keys = append(keys, appCountKey(op.App, st))
+	keys := make([][]byte, countKeyN(op))
+	for i := range keys {
+		keys[i] = appendCountKey(nil, op, st, i)
 	}
 	return keys
+}
+
+// countKeyN is the number of counts an operation is part of (countKeys).
+func countKeyN(op *Operation) int {
+	if op.App != "" {
+		return 4
+	}
+	return 3
+}
+
+// appendCountKey appends the key of countKeys(op, st)[i] to dst.
+func appendCountKey(dst []byte, op *Operation, st State, i int) []byte {
+	switch i {
+	case 0:
+		return append(dst, st...)
+	case 1:
+		dst = append(append(append(dst, 0), op.AccountID...), 0)
+	case 2:
+		dst = append(append(append(dst, 2), op.AccountID...), 0)
+		dst = append(append(dst, op.EntityType...), 0)
+	default:
+		dst = append(append(append(dst, 1), op.App...), 0)
+	}
+	return append(dst, st...)
 }
 
 func u64(v uint64) []byte {
@@ -117,18 +141,27 @@ func partitionKey(account, entityType, entityID string) string {
 
 // entityKey is the key of an entity row; it equals its partition key.
 func entityKey(account, entityType, entityID string) []byte {
-	return []byte(partitionKey(account, entityType, entityID))
+	return appendPartitionKey(make([]byte, 0, len(account)+len(entityType)+len(entityID)+2), account, entityType, entityID)
+}
+
+// appendPartitionKey appends partitionKey(account, entityType, entityID)
+// to dst.
+func appendPartitionKey(dst []byte, account, entityType, entityID string) []byte {
+	dst = append(append(dst, account...), 0)
+	dst = append(append(dst, entityType...), 0)
+	return append(dst, entityID...)
 }
 
 // partitionPrefix is the prefix of every partition-index key of one
 // partition.
 func partitionPrefix(account, entityType, entityID string) []byte {
-	return []byte(partitionKey(account, entityType, entityID) + "\x00")
+	k := make([]byte, 0, len(account)+len(entityType)+len(entityID)+3+8) // room for a seq
+	return append(appendPartitionKey(k, account, entityType, entityID), 0)
 }
 
 func partitionOpKey(op *Operation) []byte {
 	p := partitionPrefix(op.AccountID, op.EntityType, op.EntityID)
-	return append(p, u64(op.Seq)...)
+	return binary.BigEndian.AppendUint64(p, op.Seq)
 }
 
 // splitEntityKey reverses entityKey.

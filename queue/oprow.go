@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,7 +22,14 @@ func (w *txw) count(op *Operation, st State, delta int) error {
 		}
 	}
 	b := w.b(bucketCounts)
-	for _, k := range countKeys(op, st) {
+	// One buffer for the keys (bbolt copies a key it keeps) and one for
+	// the values (bbolt keeps them until the commit): a write changes
+	// counts at every transition.
+	var kb [128]byte
+	nk := countKeyN(op)
+	vals := make([]byte, 8*nk)
+	for i := range nk {
+		k := appendCountKey(kb[:0], op, st, i)
 		var n uint64
 		if v := b.Get(k); v != nil {
 			n = readU64(v)
@@ -34,7 +42,9 @@ func (w *txw) count(op *Operation, st State, delta int) error {
 		if n == 0 && k[0] < ' ' {
 			err = w.del(b, k) // a share's counts go with its operations
 		} else {
-			err = w.put(b, k, u64(n))
+			v := vals[8*i : 8*i+8 : 8*i+8]
+			binary.BigEndian.PutUint64(v, n)
+			err = w.put(b, k, v)
 		}
 		if err != nil {
 			return err

@@ -122,6 +122,17 @@ type rowWriter struct {
 	base    time.Time // the first time written
 }
 
+// rowHeadRoom is the room newRowWriter keeps before the fields for the
+// format byte and the bitmap (a uvarint of at most 10 bytes), so finish
+// writes them in place instead of copying the row behind them.
+const rowHeadRoom = 1 + binary.MaxVarintLen64
+
+// newRowWriter returns a writer whose row has room for size bytes of
+// fields.
+func newRowWriter(size int) *rowWriter {
+	return &rowWriter{b: make([]byte, rowHeadRoom, rowHeadRoom+size)}
+}
+
 func (w *rowWriter) has(field int) { w.present |= 1 << field }
 
 func (w *rowWriter) uvarint(x uint64) { w.b = binary.AppendUvarint(w.b, x) }
@@ -211,8 +222,12 @@ func (w *rowWriter) time(field int, t time.Time) {
 // finish returns the row: the format byte and the bitmap, then the
 // fields.
 func (w *rowWriter) finish() []byte {
-	head := binary.AppendUvarint([]byte{rowV1}, w.present)
-	return append(head, w.b...)
+	var head [rowHeadRoom]byte
+	head[0] = rowV1
+	n := 1 + binary.PutUvarint(head[1:], w.present)
+	start := rowHeadRoom - n
+	copy(w.b[start:], head[:n])
+	return w.b[start:]
 }
 
 // rowReader reads one row; the first error sticks.
@@ -449,7 +464,7 @@ func isLowerHex[S ~string | ~[]byte](s S) bool {
 // encodeEntity returns e's row; refs are the seqs of the operations whose
 // payload is e's data (payloadref.go).
 func encodeEntity(e *Entity, refs []uint64) []byte {
-	w := &rowWriter{b: make([]byte, 0, 64+len(e.Data))}
+	w := newRowWriter(64 + len(e.Data))
 	w.time(entCreatedAt, e.CreatedAt)
 	w.bytes(entData, e.Data)
 	w.bool(entDeleted, e.Deleted)
@@ -695,7 +710,7 @@ func (r *rowReader) refs(field int) []uint64 {
 // encodeOp returns op's row; inEntity leaves out the payload, which is
 // the data of the entity's row.
 func encodeOp(op *Operation, inEntity bool) []byte {
-	w := &rowWriter{b: make([]byte, 0, 128+len(op.Payload))}
+	w := newRowWriter(128 + len(op.Payload))
 	w.time(opCreatedAt, op.CreatedAt)
 	w.str(opID, op.ID)
 	w.str(opAccountID, op.AccountID)

@@ -171,7 +171,11 @@ func (tx *txw) roomForWrite() error {
 
 func (tx *txw) apply(w *Write) (Result, error) {
 	// The app's key names an operation that exists: replay or conflict.
-	if existing, err := tx.loadOp(w.OperationID); err == nil {
+	if seq := tx.b(bucketOpIDs).Get([]byte(w.OperationID)); seq != nil {
+		existing, err := tx.loadOpBySeq(readU64(seq))
+		if err != nil {
+			return Result{}, err
+		}
 		if existing.RequestFingerprint != w.RequestFingerprint || existing.AccountID != w.AccountID {
 			return Result{}, fmt.Errorf("%w: %s", ErrKeyReused, w.OperationID)
 		}

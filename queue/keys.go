@@ -12,10 +12,9 @@ import (
 var (
 	bucketMeta       = []byte("meta")           // "schema", "session"
 	bucketCounts     = []byte("counts")         // state → uint64 number of operations; \0account\0state, \1app\0state, \2account\0type\0state → a share (countKeys)
-	bucketEntities   = []byte("entities")       // account\0type\0id → Entity row (rowcodec.go)
+	bucketEntities   = []byte("entities")       // account\0type\0id → Entity row (rowcodec.go), listing its partition's unfinished ops
 	bucketOps        = []byte("ops")            // seq → Operation row (rowcodec.go)
 	bucketOpIDs      = []byte("op_ids")         // operation id → seq
-	bucketPartitions = []byte("partitions")     // account\0type\0id\0seq → empty: unfinished ops per partition, in order
 	bucketUnfinished = []byte("unfinished_set") // seq/1024 → bitmap of the block's unfinished ops (unfinishedset.go)
 	bucketReady      = []byte("ready")          // account → bucket of nextAttemptAt+seq → empty: heads waiting to be sent
 	bucketLeases     = []byte("leases")         // account → bucket of leaseExpiresAt+seq → empty: ops being sent
@@ -27,7 +26,7 @@ var (
 
 var allBuckets = [][]byte{
 	bucketMeta, bucketCounts, bucketEntities, bucketOps, bucketOpIDs,
-	bucketPartitions, bucketUnfinished, bucketReady, bucketLeases, bucketDone, bucketEvents,
+	bucketUnfinished, bucketReady, bucketLeases, bucketDone, bucketEvents,
 	bucketWaits, bucketApps,
 }
 
@@ -49,9 +48,15 @@ var (
 // builds those counts in an older file. Version 5 keeps the unfinished
 // index as bitmaps of 1,024 seqs (unfinishedset.go) instead of a key per
 // operation; Open converts version 4's. Version 6 stores the events of
-// one write in one row (eventcodec.go, rowGroup); it reads version 5's
-// rows, an event each, as they are.
+// one write in one row (eventcodec.go, rowGroup), and reads version 5's
+// rows, an event each, as they are; and it lists a partition's
+// unfinished operations in its entity's row (entUnfinished) instead of
+// the partitions bucket, which Open moves there (upgradePartitions).
 const schemaVersion = 6
+
+// bucketPartitionsV5 is the index of each partition's unfinished
+// operations up to schema 5 (account\0type\0id\0seq → empty, in order).
+var bucketPartitionsV5 = []byte("partitions")
 
 // accountCountKey is the key of an account's count of operations in a
 // state. It starts with NUL, so it never equals a state's own key.
@@ -150,18 +155,6 @@ func appendPartitionKey(dst []byte, account, entityType, entityID string) []byte
 	dst = append(append(dst, account...), 0)
 	dst = append(append(dst, entityType...), 0)
 	return append(dst, entityID...)
-}
-
-// partitionPrefix is the prefix of every partition-index key of one
-// partition.
-func partitionPrefix(account, entityType, entityID string) []byte {
-	k := make([]byte, 0, len(account)+len(entityType)+len(entityID)+3+8) // room for a seq
-	return append(appendPartitionKey(k, account, entityType, entityID), 0)
-}
-
-func partitionOpKey(op *Operation) []byte {
-	p := partitionPrefix(op.AccountID, op.EntityType, op.EntityID)
-	return binary.BigEndian.AppendUint64(p, op.Seq)
 }
 
 // splitEntityKey reverses entityKey.

@@ -122,12 +122,32 @@ func (w *txw) refPayload(op *Operation) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	_, unfinished, _, err := entityLists(k, v)
+	if err != nil {
+		return false, err
+	}
 	if len(refs) >= 4 { // drop the operations gone since
 		ops := w.b(bucketOps)
 		refs = slices.DeleteFunc(refs, func(seq uint64) bool { return ops.Get(u64(seq)) == nil })
 	}
 	refs = append(refs, op.Seq)
-	return true, w.put(ents, k, encodeEntity(e, refs))
+	return true, w.put(ents, k, encodeEntityRow(e, refs, unfinished))
+}
+
+// entityLists returns the lists of an entity row: its payload
+// references, the seqs of its partition's unfinished operations (schema
+// 6) and where the second starts in v (for withUnfinished). A row in
+// JSON (schema 2) has neither.
+func entityLists(k, v []byte) (refs, unfinished []uint64, tail int, err error) {
+	if len(v) == 0 || v[0] != rowV1 {
+		_, refs, err = decodeEntityRow(k, v, true)
+		return refs, nil, 0, err
+	}
+	_, refs, unfinished, tail, err = entityRowParts(v)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("queue: decode entity %q: %w", k, err)
+	}
+	return refs, unfinished, tail, nil
 }
 
 func (w *txw) loadEntity(account, entityType, id string) (*Entity, error) {
@@ -145,10 +165,15 @@ func (w *txw) loadEntity(account, entityType, id string) (*Entity, error) {
 func (w *txw) saveEntity(e *Entity) error {
 	ents := w.b(bucketEntities)
 	k := entityKey(e.AccountID, e.Type, e.ID)
-	var refs []uint64
+	var refs, unfinished []uint64
 	if v := ents.Get(k); v != nil {
 		oldData, oldRefs, err := peekEntity(k, v)
 		if err != nil {
+			return err
+		}
+		// The partition's operations stay listed (partitionAdd and
+		// partitionDel keep the list).
+		if _, unfinished, _, err = entityLists(k, v); err != nil {
 			return err
 		}
 		if bytes.Equal(oldData, e.Data) {
@@ -157,7 +182,7 @@ func (w *txw) saveEntity(e *Entity) error {
 			return err
 		}
 	}
-	return w.put(ents, k, encodeEntity(e, refs))
+	return w.put(ents, k, encodeEntityRow(e, refs, unfinished))
 }
 
 // deleteEntity removes an entity's row, after writing its data into the

@@ -173,13 +173,16 @@ func markEntityBlocked(tx *bolt.Tx, e *Entity) {
 	if e.SyncState != SyncPending {
 		return
 	}
-	prefix := partitionPrefix(e.AccountID, e.Type, e.ID)
-	k, _ := tx.Bucket(bucketPartitions).Cursor().Seek(prefix)
-	if k == nil || len(k) != len(prefix)+8 || !bytes.HasPrefix(k, prefix) {
+	k := entityKey(e.AccountID, e.Type, e.ID)
+	v := tx.Bucket(bucketEntities).Get(k)
+	if v == nil {
 		return
 	}
-	seq := k[len(prefix):]
-	head, _, err := decodeOp(readU64(seq), tx.Bucket(bucketOps).Get(seq))
+	_, list, _, err := entityLists(k, v)
+	if err != nil || len(list) == 0 {
+		return
+	}
+	head, _, err := decodeOp(list[0], tx.Bucket(bucketOps).Get(u64(list[0])))
 	if err != nil {
 		return
 	}
@@ -370,7 +373,7 @@ const oldestUnscanned = 64
 // operation, of account's only unless account is empty; zero when there
 // is none. Usually the account's oldest is among the first few of all
 // (one account signed in at a time), so it looks there first; otherwise
-// it takes the smallest seq among the account's partition keys.
+// it takes the smallest seq its entity rows list.
 func oldestUnfinished(tx *bolt.Tx, account string) (time.Time, error) {
 	ops := tx.Bucket(bucketOps)
 	decode := func(seq []byte) (*Operation, error) {
@@ -396,10 +399,14 @@ func oldestUnfinished(tx *bolt.Tx, account string) (time.Time, error) {
 	}
 	prefix := []byte(account + "\x00")
 	var first uint64
-	pc := tx.Bucket(bucketPartitions).Cursor()
-	for k, _ := pc.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = pc.Next() {
-		if seq := readU64(k[len(k)-8:]); first == 0 || seq < first {
-			first = seq
+	ec := tx.Bucket(bucketEntities).Cursor()
+	for k, v := ec.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = ec.Next() {
+		_, list, _, err := entityLists(k, v)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if len(list) > 0 && (first == 0 || list[0] < first) {
+			first = list[0]
 		}
 	}
 	if first == 0 {

@@ -261,6 +261,11 @@ func (s *Store) initBuckets(tx *bolt.Tx) (changed bool, err error) {
 		if err := upgradeUnfinished(tx); err != nil {
 			return true, fmt.Errorf("queue: upgrade the data file to schema %d: %w", schemaVersion, err)
 		}
+		// Schema 6 lists a partition's unfinished operations in its
+		// entity's row.
+		if err := upgradePartitions(tx); err != nil {
+			return true, fmt.Errorf("queue: upgrade the data file to schema %d: %w", schemaVersion, err)
+		}
 		// Schema 3 reads schema 2's JSON rows as they are and writes each
 		// in the binary form when it next changes (rowcodec.go): nothing
 		// to rewrite. The new number keeps an older syncd, which cannot

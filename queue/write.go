@@ -651,7 +651,7 @@ func (tx *txw) insertOperation(op *Operation, isHead bool) error {
 	if err := tx.put(tx.b(bucketOpIDs), []byte(op.ID), u64(op.Seq)); err != nil {
 		return err
 	}
-	if err := tx.put(tx.b(bucketPartitions), partitionOpKey(op), nil); err != nil {
+	if err := tx.partitionAdd(op); err != nil {
 		return err
 	}
 	if err := tx.addUnfinished(op.Seq); err != nil {

@@ -279,7 +279,6 @@ func (tx *txw) purgeOps(k []byte) error {
 	return nil
 }
 
-
 // purgeKey is the meta key that records a purge of account in progress.
 func purgeKey(account string) []byte { return append([]byte(metaPurgePrefix), account...) }
 

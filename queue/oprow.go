@@ -210,12 +210,15 @@ func (w *txw) partitionSeqs(account, entityType, entityID string) ([]uint64, err
 
 // partitionAdd lists op, new, at the end of its partition.
 func (w *txw) partitionAdd(op *Operation) error {
-	return w.editPartition(op, func(list []uint64) ([]uint64, error) {
-		if len(list) > 0 && list[len(list)-1] >= op.Seq {
-			return nil, fmt.Errorf("queue: operation %d queued behind operation %d of its partition", op.Seq, list[len(list)-1])
-		}
-		return append(list, op.Seq), nil
-	})
+	return w.editPartition(op, func(list []uint64) ([]uint64, error) { return queueBehind(list, op) })
+}
+
+// queueBehind returns list, a partition's, with op, new, at its end.
+func queueBehind(list []uint64, op *Operation) ([]uint64, error) {
+	if len(list) > 0 && list[len(list)-1] >= op.Seq {
+		return nil, fmt.Errorf("queue: operation %d queued behind operation %d of its partition", op.Seq, list[len(list)-1])
+	}
+	return append(list, op.Seq), nil
 }
 
 // partitionDel takes op off its partition's list. An entity row removed

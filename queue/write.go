@@ -645,14 +645,17 @@ func (tx *txw) insertOperation(op *Operation, isHead bool) error {
 	if err := tx.joinGroup(op); err != nil {
 		return err
 	}
-	if err := tx.saveOp(op); err != nil {
+	queued, err := tx.saveOpListing(op, true)
+	if err != nil {
 		return err
 	}
 	if err := tx.put(tx.b(bucketOpIDs), []byte(op.ID), u64(op.Seq)); err != nil {
 		return err
 	}
-	if err := tx.partitionAdd(op); err != nil {
-		return err
+	if !queued {
+		if err := tx.partitionAdd(op); err != nil {
+			return err
+		}
 	}
 	if err := tx.addUnfinished(op.Seq); err != nil {
 		return err

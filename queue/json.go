@@ -35,6 +35,12 @@ func isObject(data []byte) bool {
 	return err != nil // io.EOF: nothing after the object
 }
 
+// CanonicalData is data as the store keeps it: object members sorted, no
+// insignificant whitespace, numbers as written, no HTML escaping. Its
+// output is its own fixed point; a Write whose Data it made may say so
+// (Write.Canonical).
+func CanonicalData(data []byte) ([]byte, error) { return canonicalJSON(data) }
+
 // canonicalJSON re-encodes v with sorted object keys and no insignificant
 // whitespace; numbers keep their literal text.
 func canonicalJSON(data []byte) ([]byte, error) {

@@ -141,7 +141,7 @@ func (s *Store) prepare(w *Write) error {
 	if w.Op == OpCreate && w.EntityID == "" {
 		w.EntityID = newID()
 	}
-	if w.Op != OpDelete {
+	if w.Op != OpDelete && !w.Canonical {
 		c, err := canonicalJSON(w.Data)
 		if err != nil {
 			return fmt.Errorf("%w: data: %v", ErrInvalidWrite, err)

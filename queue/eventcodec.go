@@ -213,6 +213,9 @@ func decodeEvents(seq uint64, v []byte, fn func(Event) error) error {
 		}
 		return fn(e)
 	}
+	if len(v) == 1 {
+		return fmt.Errorf("queue: decode event %d: %w: an empty group", seq, errRow)
+	}
 	var prev Event
 	for i, r := uint64(0), v[1:]; len(r) > 0; i++ {
 		same, n := binary.Uvarint(r)

@@ -24,17 +24,6 @@ func checkedObject(data []byte) bool {
 	return false
 }
 
-// isObject reports whether data is one JSON object and nothing else.
-func isObject(data []byte) bool {
-	d := json.NewDecoder(bytes.NewReader(data))
-	var m map[string]json.RawMessage
-	if err := d.Decode(&m); err != nil || m == nil {
-		return false
-	}
-	_, err := d.Token()
-	return err != nil // io.EOF: nothing after the object
-}
-
 // CanonicalData is data as the store keeps it: object members sorted, no
 // insignificant whitespace, numbers as written, no HTML escaping. Its
 // output is its own fixed point; a Write whose Data it made may say so

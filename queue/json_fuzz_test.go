@@ -107,6 +107,18 @@ func FuzzCheckedObject(f *testing.F) {
 	})
 }
 
+// isObject reports whether data is one JSON object and nothing else, by
+// decoding it (the oracle of checkedObject).
+func isObject(data []byte) bool {
+	d := json.NewDecoder(bytes.NewReader(data))
+	var m map[string]json.RawMessage
+	if err := d.Decode(&m); err != nil || m == nil {
+		return false
+	}
+	_, err := d.Token()
+	return err != nil // io.EOF: nothing after the object
+}
+
 // accepted: data is what a write may carry (one strict JSON object).
 func accepted(data []byte) bool {
 	return jsonstrict.Check(data, MaxDataDepth) == nil && isObject(data)

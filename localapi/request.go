@@ -293,35 +293,16 @@ func writeFingerprint(w queue.Write) string {
 // they are the same queue write.
 func canonicalWrite(w *queue.Write, key string) error {
 	if w.Op != queue.OpDelete {
-		c, err := canonicalData(w.Data)
+		c, err := queue.CanonicalData(w.Data)
 		if err != nil {
 			return badRequest(CodeInvalidJSON, jsonProblem(err, `field "data"`))
 		}
-		w.Data = c
+		w.Data, w.Canonical = c, true // the queue stores it as it is
 	}
 	if key != "" {
 		w.OperationID, w.RequestFingerprint = key, writeFingerprint(*w)
 	}
 	return nil
-}
-
-// canonicalData is data as the queue stores it: object members sorted,
-// no insignificant whitespace, numbers as written, no HTML escaping
-// (queue's canonicalJSON, whose output is its own fixed point).
-func canonicalData(data []byte) ([]byte, error) {
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, err
-	}
-	var b bytes.Buffer
-	e := json.NewEncoder(&b)
-	e.SetEscapeHTML(false)
-	if err := e.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // Fingerprints of operations stored before syncd fingerprinted decoded

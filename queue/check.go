@@ -16,8 +16,9 @@ import (
 // The invariants:
 //   - a pending or failed entity has an unfinished operation that will
 //     send it (the article's core invariant); a synced one has none;
-//   - every unfinished operation is in the partition and unfinished
-//     indexes, and no finished one is;
+//   - every unfinished operation is listed by its entity's row (its
+//     partition, in order) and in the unfinished index, and no finished
+//     one is;
 //   - the ready index holds exactly the partition heads that are pending
 //     or retry_waiting and not held by their ordered batch, under their
 //     next_attempt_at; the lease index
@@ -29,7 +30,9 @@ import (
 //   - a declined operation is permanently failed and not maybe applied,
 //     and every operation's payload fingerprint matches its payload;
 //   - an operation whose payload is kept in its entity's row is listed
-//     by that row (payloadref.go).
+//     by that row (payloadref.go);
+//   - the change log's rows read and hold consecutive events up to its
+//     sequence.
 func (s *Store) Check() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -114,27 +117,38 @@ func (s *Store) Check() error {
 		// (ClaimChains): every op ahead of it is sending under its owner.
 		chained := map[uint64]bool{}
 		sendingRun := map[string]string{} // partition → owner while all so far are sending
-		if err := tx.Bucket(bucketPartitions).ForEach(func(k, _ []byte) error {
-			seq := readU64(k[len(k)-8:])
-			op := ops[seq]
-			if op == nil {
-				bad("partition index names missing op %d", seq)
+		// An entity row lists its partition's unfinished operations
+		// (schema 6), ascending (rowReader.seqs refuses any other order).
+		if tx.Bucket(bucketPartitionsV5) != nil {
+			bad("schema 5's partitions bucket is left")
+		}
+		if err := tx.Bucket(bucketEntities).ForEach(func(k, v []byte) error {
+			_, list, _, err := entityLists(k, v)
+			if err != nil {
+				bad("%v", err)
 				return nil
 			}
-			if string(k) != string(partitionOpKey(op)) {
-				bad("partition index key of op %s is wrong", op.ID)
-			}
-			inPartition[seq] = true
-			pk := op.PartitionKey()
-			if _, ok := heads[pk]; !ok {
-				heads[pk] = op
-				if op.State == StateSending {
-					sendingRun[pk] = op.LeaseOwner
+			for _, seq := range list {
+				op := ops[seq]
+				if op == nil {
+					bad("entity %q lists missing op %d", k, seq)
+					continue
 				}
-			} else if owner, ok := sendingRun[pk]; ok && op.State == StateSending && op.LeaseOwner == owner {
-				chained[seq] = true
-			} else {
-				delete(sendingRun, pk)
+				if op.PartitionKey() != string(k) {
+					bad("entity %q lists op %s of another entity", k, op.ID)
+				}
+				inPartition[seq] = true
+				pk := string(k)
+				if _, ok := heads[pk]; !ok {
+					heads[pk] = op
+					if op.State == StateSending {
+						sendingRun[pk] = op.LeaseOwner
+					}
+				} else if owner, ok := sendingRun[pk]; ok && op.State == StateSending && op.LeaseOwner == owner {
+					chained[seq] = true
+				} else {
+					delete(sendingRun, pk)
+				}
 			}
 			return nil
 		}); err != nil {
@@ -238,6 +252,30 @@ func (s *Store) Check() error {
 			if got != len(ix.want) {
 				bad("%s index has %d entries, want %d", ix.name, got, len(ix.want))
 			}
+		}
+
+		// The change log: every row reads, and the rows hold the
+		// contiguous range of events from the first key to the
+		// sequence (a group's, from its key on).
+		evs := tx.Bucket(bucketEvents)
+		var next uint64
+		if err := evs.ForEach(func(k, v []byte) error {
+			first := readU64(k)
+			if next != 0 && first != next {
+				bad("events: a row at %d where %d was next", first, next)
+			}
+			n := uint64(0)
+			if err := decodeEvents(first, v, func(Event) error { n++; return nil }); err != nil {
+				bad("%v", err)
+				n = 1
+			}
+			next = first + n
+			return nil
+		}); err != nil {
+			return err
+		}
+		if next != 0 && next-1 != evs.Sequence() {
+			bad("events: the last row ends at %d, the sequence is %d", next-1, evs.Sequence())
 		}
 
 		// Entities against their partitions.

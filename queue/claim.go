@@ -110,14 +110,15 @@ func (tx *txw) claimFollowers(head *Operation, owner string, lease time.Duration
 	if err != nil || e == nil || e.ServerID == "" {
 		return nil, err
 	}
-	prefix := partitionPrefix(head.AccountID, head.EntityType, head.EntityID)
+	list, err := tx.partitionSeqs(head.AccountID, head.EntityType, head.EntityID)
+	if err != nil {
+		return nil, err
+	}
 	var seqs []uint64
-	c := tx.b(bucketPartitions).Cursor()
-	for k, _ := c.Seek(append(prefix, u64(head.Seq+1)...)); k != nil && len(seqs) < max; k, _ = c.Next() {
-		if len(k) != len(prefix)+8 || string(k[:len(prefix)]) != string(prefix) {
-			break
+	for _, seq := range list {
+		if seq > head.Seq && len(seqs) < max {
+			seqs = append(seqs, seq)
 		}
-		seqs = append(seqs, readU64(k[len(prefix):]))
 	}
 	var fs []*Operation
 	for _, seq := range seqs {

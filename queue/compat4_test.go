@@ -16,7 +16,9 @@ import (
 )
 
 // schema4Dump is what the code of commit b1e1ed7 read back from
-// testdata/schema4.db.gz (testdata/schema4_gen.go.txt made both).
+// testdata/schema4.db.gz (testdata/schema4_gen.go.txt made both), and
+// what the code of commit 5d35e1c read back from testdata/schema5.db.gz
+// (testdata/schema5_gen.go.txt).
 type schema4Dump struct {
 	Operations []Operation
 	Entities   []Entity
@@ -26,15 +28,21 @@ type schema4Dump struct {
 }
 
 func openSchema4Fixture(t *testing.T) (path string, want schema4Dump) {
+	return openFixture(t, "schema4")
+}
+
+// openFixture copies testdata/name.db.gz to a file of its own and reads
+// testdata/name.json.
+func openFixture(t *testing.T, name string) (path string, want schema4Dump) {
 	t.Helper()
-	js, err := os.ReadFile("testdata/schema4.json")
+	js, err := os.ReadFile("testdata/" + name + ".json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(js, &want); err != nil {
 		t.Fatal(err)
 	}
-	in, err := os.Open("testdata/schema4.db.gz")
+	in, err := os.Open("testdata/" + name + ".db.gz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,9 +70,51 @@ func openSchema4Fixture(t *testing.T) (path string, want schema4Dump) {
 // back as that code read it (operations, the unfinished listing, the
 // change log), takes new writes whose events follow the old ones, and
 // drains. Its schema number goes to the current one.
-func TestOpensSchema4File(t *testing.T) {
+func TestOpensSchema4File(t *testing.T) { testOpensFile(t, "schema4", nil) }
+
+// A file written by the code before the change log's rows were shared
+// by the events of a write (schema 5: an event a key) opens, reads back
+// as that code read it, takes new writes (their events in group rows,
+// after the old ones), sweeps across both forms and drains.
+func TestOpensSchema5File(t *testing.T) {
+	testOpensFile(t, "schema5", func(s *Store, old []Event) {
+		var single, groups int
+		s.db.View(func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketEvents).ForEach(func(k, v []byte) error {
+				if v[0] == rowGroup {
+					groups++
+				} else {
+					single++
+				}
+				return nil
+			})
+		})
+		if single < len(old) || groups == 0 {
+			t.Fatalf("%d rows of one event (the file had %d events), %d groups: want the old rows kept and the new write's events grouped", single, len(old), groups)
+		}
+		// A sweep that keeps only the last 3 events cuts across both.
+		all, _, err := s.Events(0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.cfg.EventHistory = 3
+		if _, n, err := s.Sweep(context.Background()); err != nil || n != len(all)-3 {
+			t.Fatalf("swept %d events of %d, %v; want all but 3", n, len(all), err)
+		}
+		left, oldest, err := s.Events(0, 0)
+		if err != nil || len(left) != 3 || oldest != all[len(all)-3].Seq {
+			t.Fatalf("after the sweep: %d events from %d, %v", len(left), oldest, err)
+		}
+		sameJSON(t, "events after the sweep", left, all[len(all)-3:])
+	})
+}
+
+// testOpensFile opens the fixture testdata/name.db.gz with today's code,
+// checks that it reads back as the code that wrote it read it, writes,
+// calls more (if any) and drains.
+func testOpensFile(t *testing.T, name string, more func(s *Store, old []Event)) {
 	ctx := context.Background()
-	path, want := openSchema4Fixture(t)
+	path, want := openFixture(t, name)
 	clock := clocktest.At(clocktest.Start.Add(time.Minute))
 	var emitted []Event
 	s, err := Open(path, Config{Now: clock.Now, NoSync: true, MergeableTypes: []string{"draft"}, OnCommit: func(ev []Event) { emitted = append(emitted, ev...) }})
@@ -143,6 +193,9 @@ func TestOpensSchema4File(t *testing.T) {
 	sameJSON(t, "events of a new write", after, emitted)
 	if len(after) == 0 || after[0].Seq != last+1 {
 		t.Fatalf("events after %d: %+v", last, after)
+	}
+	if more != nil {
+		more(s, want.Events)
 	}
 
 	// Drain.

@@ -41,7 +41,6 @@
 //
 //	ready/<account>   nextAttemptAt|seq  heads that are pending or retry_waiting
 //	leases/<account>  leaseExpiresAt|seq operations being sent
-//	partitions        account\0type\0id\0seq  unfinished operations per partition
 //	unfinished_set    seq/1024 → bitmap  oldest unfinished first (status age, listing by state)
 //	done              completedAt|seq    done operations, for the sweep
 //	counts            state; \0account\0state  operations per state, in all and per account
@@ -51,14 +50,17 @@
 // Entity rows (entities, by account\0type\0id) and operation rows (ops,
 // by seq) are in a compact binary form (rowcodec.go). An operation's
 // payload is kept once: in its entity's row while it is the entity's
-// data, in its own row once the entity changes (payloadref.go). A small
-// queued create takes about 800 bytes of file, a 10 KB one about 12 KB
+// data, in its own row once the entity changes (payloadref.go). An
+// entity's row also lists its partition's unfinished operations, in
+// order (since schema 6; a partitions tree before). A small queued
+// create takes about 650 bytes of file, a 10 KB one about 12 KB
 // (TestFootprint, BenchmarkFootprint).
 //
 // The file records its layout's version (meta/schema). Open refuses a
 // newer one and upgrades an older one in place: schema 1 had no
 // per-account counts; schema 2's rows are JSON, which schema 3 reads as
-// they are and writes in the binary form when they next change.
+// they are and writes in the binary form when they next change; schema 6
+// moves the partitions index into the entity rows.
 //
 // # Open
 //
@@ -75,7 +77,8 @@
 //
 // Every mutation appends events (bucket events, seq from NextSequence) in
 // its own transaction, so the log never disagrees with the data and seq
-// grows across restarts. Config.OnCommit hands committed events to the
-// daemon's event bus; Events reads the retained history for resuming
-// subscribers.
+// grows across restarts. The events of one write share a row (a group,
+// keyed by the first's seq: eventcodec.go). Config.OnCommit hands
+// committed events to the daemon's event bus; Events reads the retained
+// history for resuming subscribers.
 package queue

@@ -92,6 +92,33 @@ func FuzzCanonicalJSON(f *testing.F) {
 	})
 }
 
+// After jsonstrict.Check, checkedObject tells objects as isObject does.
+func FuzzCheckedObject(f *testing.F) {
+	for _, seed := range []string{`{}`, " \n\t{\"a\":1} ", `[{}]`, `"{"`, `null`, `1`, ` `, `{"a":1}{}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if jsonstrict.Check(data, MaxDataDepth) != nil {
+			return
+		}
+		if checkedObject(data) != isObject(data) {
+			t.Fatalf("checkedObject(%q) = %v, isObject %v", data, checkedObject(data), isObject(data))
+		}
+	})
+}
+
+// isObject reports whether data is one JSON object and nothing else, by
+// decoding it (the oracle of checkedObject).
+func isObject(data []byte) bool {
+	d := json.NewDecoder(bytes.NewReader(data))
+	var m map[string]json.RawMessage
+	if err := d.Decode(&m); err != nil || m == nil {
+		return false
+	}
+	_, err := d.Token()
+	return err != nil // io.EOF: nothing after the object
+}
+
 // accepted: data is what a write may carry (one strict JSON object).
 func accepted(data []byte) bool {
 	return jsonstrict.Check(data, MaxDataDepth) == nil && isObject(data)

@@ -12,22 +12,21 @@ import (
 var (
 	bucketMeta       = []byte("meta")           // "schema", "session"
 	bucketCounts     = []byte("counts")         // state → uint64 number of operations; \0account\0state, \1app\0state, \2account\0type\0state → a share (countKeys)
-	bucketEntities   = []byte("entities")       // account\0type\0id → Entity row (rowcodec.go)
+	bucketEntities   = []byte("entities")       // account\0type\0id → Entity row (rowcodec.go), listing its partition's unfinished ops
 	bucketOps        = []byte("ops")            // seq → Operation row (rowcodec.go)
 	bucketOpIDs      = []byte("op_ids")         // operation id → seq
-	bucketPartitions = []byte("partitions")     // account\0type\0id\0seq → empty: unfinished ops per partition, in order
 	bucketUnfinished = []byte("unfinished_set") // seq/1024 → bitmap of the block's unfinished ops (unfinishedset.go)
 	bucketReady      = []byte("ready")          // account → bucket of nextAttemptAt+seq → empty: heads waiting to be sent
 	bucketLeases     = []byte("leases")         // account → bucket of leaseExpiresAt+seq → empty: ops being sent
 	bucketDone       = []byte("done")           // completedAt+seq → empty: done ops, for the retention sweep
-	bucketEvents     = []byte("events")         // seq → Event row (eventcodec.go): the durable change log
+	bucketEvents     = []byte("events")         // seq → Event row, or the row of the events from seq on (eventcodec.go): the durable change log
 	bucketWaits      = []byte("waits")          // operation id\0seq → empty: the operation seq waits for (ordered batches)
 	bucketApps       = []byte("apps")           // app name → App JSON: the apps' grants on the local API
 )
 
 var allBuckets = [][]byte{
 	bucketMeta, bucketCounts, bucketEntities, bucketOps, bucketOpIDs,
-	bucketPartitions, bucketUnfinished, bucketReady, bucketLeases, bucketDone, bucketEvents,
+	bucketUnfinished, bucketReady, bucketLeases, bucketDone, bucketEvents,
 	bucketWaits, bucketApps,
 }
 
@@ -48,8 +47,16 @@ var (
 // and counts operations per app and per account and entity type; Open
 // builds those counts in an older file. Version 5 keeps the unfinished
 // index as bitmaps of 1,024 seqs (unfinishedset.go) instead of a key per
-// operation; Open converts version 4's.
-const schemaVersion = 5
+// operation; Open converts version 4's. Version 6 stores the events of
+// one write in one row (eventcodec.go, rowGroup), and reads version 5's
+// rows, an event each, as they are; and it lists a partition's
+// unfinished operations in its entity's row (entUnfinished) instead of
+// the partitions bucket, which Open moves there (upgradePartitions).
+const schemaVersion = 6
+
+// bucketPartitionsV5 is the index of each partition's unfinished
+// operations up to schema 5 (account\0type\0id\0seq → empty, in order).
+var bucketPartitionsV5 = []byte("partitions")
 
 // accountCountKey is the key of an account's count of operations in a
 // state. It starts with NUL, so it never equals a state's own key.
@@ -73,11 +80,35 @@ func typeCountKey(account, entityType string, st State) []byte {
 // its app's when an app made it. The shares' keys start below ' ', so
 // they never equal a state's own key.
 func countKeys(op *Operation, st State) [][]byte {
-	keys := [][]byte{[]byte(st), accountCountKey(op.AccountID, st), typeCountKey(op.AccountID, op.EntityType, st)}
-	if op.App != "" {
-		keys = append(keys, appCountKey(op.App, st))
+	keys := make([][]byte, countKeyN(op))
+	for i := range keys {
+		keys[i] = appendCountKey(nil, op, st, i)
 	}
 	return keys
+}
+
+// countKeyN is the number of counts an operation is part of (countKeys).
+func countKeyN(op *Operation) int {
+	if op.App != "" {
+		return 4
+	}
+	return 3
+}
+
+// appendCountKey appends the key of countKeys(op, st)[i] to dst.
+func appendCountKey(dst []byte, op *Operation, st State, i int) []byte {
+	switch i {
+	case 0:
+		return append(dst, st...)
+	case 1:
+		dst = append(append(append(dst, 0), op.AccountID...), 0)
+	case 2:
+		dst = append(append(append(dst, 2), op.AccountID...), 0)
+		dst = append(append(dst, op.EntityType...), 0)
+	default:
+		dst = append(append(append(dst, 1), op.App...), 0)
+	}
+	return append(dst, st...)
 }
 
 func u64(v uint64) []byte {
@@ -115,18 +146,15 @@ func partitionKey(account, entityType, entityID string) string {
 
 // entityKey is the key of an entity row; it equals its partition key.
 func entityKey(account, entityType, entityID string) []byte {
-	return []byte(partitionKey(account, entityType, entityID))
+	return appendPartitionKey(make([]byte, 0, len(account)+len(entityType)+len(entityID)+2), account, entityType, entityID)
 }
 
-// partitionPrefix is the prefix of every partition-index key of one
-// partition.
-func partitionPrefix(account, entityType, entityID string) []byte {
-	return []byte(partitionKey(account, entityType, entityID) + "\x00")
-}
-
-func partitionOpKey(op *Operation) []byte {
-	p := partitionPrefix(op.AccountID, op.EntityType, op.EntityID)
-	return append(p, u64(op.Seq)...)
+// appendPartitionKey appends partitionKey(account, entityType, entityID)
+// to dst.
+func appendPartitionKey(dst []byte, account, entityType, entityID string) []byte {
+	dst = append(append(dst, account...), 0)
+	dst = append(append(dst, entityType...), 0)
+	return append(dst, entityID...)
 }
 
 // splitEntityKey reverses entityKey.

@@ -2,9 +2,11 @@ package queue
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -21,7 +23,14 @@ func (w *txw) count(op *Operation, st State, delta int) error {
 		}
 	}
 	b := w.b(bucketCounts)
-	for _, k := range countKeys(op, st) {
+	// One buffer for the keys (bbolt copies a key it keeps) and one for
+	// the values (bbolt keeps them until the commit): a write changes
+	// counts at every transition.
+	var kb [128]byte
+	nk := countKeyN(op)
+	vals := make([]byte, 8*nk)
+	for i := range nk {
+		k := appendCountKey(kb[:0], op, st, i)
 		var n uint64
 		if v := b.Get(k); v != nil {
 			n = readU64(v)
@@ -34,7 +43,9 @@ func (w *txw) count(op *Operation, st State, delta int) error {
 		if n == 0 && k[0] < ' ' {
 			err = w.del(b, k) // a share's counts go with its operations
 		} else {
-			err = w.put(b, k, u64(n))
+			v := vals[8*i : 8*i+8 : 8*i+8]
+			binary.BigEndian.PutUint64(v, n)
+			err = w.put(b, k, v)
 		}
 		if err != nil {
 			return err
@@ -87,7 +98,13 @@ func queuedBytes(tx *bolt.Tx) int64 {
 func sumQueuedBytes(tx *bolt.Tx) (int64, error) {
 	var n int64
 	ops := tx.Bucket(bucketOps)
-	err := tx.Bucket(bucketPartitions).ForEach(func(k, _ []byte) error {
+	// Files older than schema 6 (the only ones without the count) list
+	// a partition's operations under keys of their own.
+	old := tx.Bucket(bucketPartitionsV5)
+	if old == nil {
+		return 0, fmt.Errorf("queue: the queued bytes are not counted and the file has no partitions index to count them from")
+	}
+	err := old.ForEach(func(k, _ []byte) error {
 		seq := readU64(k[len(k)-8:])
 		v := ops.Get(u64(seq))
 		if v == nil {
@@ -174,43 +191,104 @@ func (w *txw) leaseDel(op *Operation) error {
 	return w.del(b, timeSeqKey(op.LeaseExpiresAt, op.Seq))
 }
 
+// A partition's unfinished operations are listed, in order, by its
+// entity's row (entUnfinished, schema 6; a tree of their own before,
+// which every write touched): an operation is unfinished only while its
+// entity has a row (Check), and a write rewrites that row anyway.
+
+// partitionSeqs returns the seqs of the unfinished operations of a
+// partition, oldest first.
+func (w *txw) partitionSeqs(account, entityType, entityID string) ([]uint64, error) {
+	k := entityKey(account, entityType, entityID)
+	v := w.b(bucketEntities).Get(k)
+	if v == nil {
+		return nil, nil
+	}
+	_, list, _, err := entityLists(k, v)
+	return list, err
+}
+
+// partitionAdd lists op, new, at the end of its partition.
+func (w *txw) partitionAdd(op *Operation) error {
+	return w.editPartition(op, func(list []uint64) ([]uint64, error) { return queueBehind(list, op) })
+}
+
+// queueBehind returns list, a partition's, with op, new, at its end.
+func queueBehind(list []uint64, op *Operation) ([]uint64, error) {
+	if len(list) > 0 && list[len(list)-1] >= op.Seq {
+		return nil, fmt.Errorf("queue: operation %d queued behind operation %d of its partition", op.Seq, list[len(list)-1])
+	}
+	return append(list, op.Seq), nil
+}
+
+// partitionDel takes op off its partition's list. An entity row removed
+// before (in the transaction that finishes op) took the list with it.
+func (w *txw) partitionDel(op *Operation) error {
+	if w.b(bucketEntities).Get(entityKey(op.AccountID, op.EntityType, op.EntityID)) == nil {
+		return nil
+	}
+	return w.editPartition(op, func(list []uint64) ([]uint64, error) {
+		return slices.DeleteFunc(list, func(seq uint64) bool { return seq == op.Seq }), nil
+	})
+}
+
+// editPartition rewrites the list of op's partition in its entity row,
+// the row's other fields as they are.
+func (w *txw) editPartition(op *Operation, edit func([]uint64) ([]uint64, error)) error {
+	ents := w.b(bucketEntities)
+	k := entityKey(op.AccountID, op.EntityType, op.EntityID)
+	v := ents.Get(k)
+	if v == nil {
+		return fmt.Errorf("queue: operation %d: its entity %s/%s has no row", op.Seq, op.EntityType, op.EntityID)
+	}
+	if v[0] != rowV1 {
+		// A row in JSON (schema 2): in the binary form from now on.
+		e, refs, err := decodeEntityRow(k, v, false)
+		if err != nil {
+			return err
+		}
+		v = encodeEntityRow(e, refs, nil)
+	}
+	_, list, tail, err := entityLists(k, v)
+	if err != nil {
+		return err
+	}
+	if list, err = edit(list); err != nil {
+		return err
+	}
+	return w.put(ents, k, withUnfinished(v, tail, list))
+}
+
 // partitionHead returns the oldest unfinished operation of a partition,
 // or nil.
 func (w *txw) partitionHead(account, entityType, entityID string) (*Operation, error) {
-	prefix := partitionPrefix(account, entityType, entityID)
-	c := w.b(bucketPartitions).Cursor()
-	k, _ := c.Seek(prefix)
-	if k == nil || len(k) != len(prefix)+8 || string(k[:len(prefix)]) != string(prefix) {
-		return nil, nil
+	list, err := w.partitionSeqs(account, entityType, entityID)
+	if err != nil || len(list) == 0 {
+		return nil, err
 	}
-	return w.loadOpBySeq(readU64(k[len(prefix):]))
+	return w.loadOpBySeq(list[0])
 }
 
 // partitionTail returns the newest unfinished operation of a partition,
 // or nil.
 func (w *txw) partitionTail(account, entityType, entityID string) (*Operation, error) {
-	prefix := partitionPrefix(account, entityType, entityID)
-	c := w.b(bucketPartitions).Cursor()
-	k, _ := c.Seek(append(prefix, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
-	if k == nil {
-		k, _ = c.Last()
-	} else {
-		k, _ = c.Prev()
+	list, err := w.partitionSeqs(account, entityType, entityID)
+	if err != nil || len(list) == 0 {
+		return nil, err
 	}
-	if k == nil || len(k) != len(prefix)+8 || string(k[:len(prefix)]) != string(prefix) {
-		return nil, nil
-	}
-	return w.loadOpBySeq(readU64(k[len(prefix):]))
+	return w.loadOpBySeq(list[len(list)-1])
 }
 
 // partitionOps returns every unfinished operation of a partition, oldest
 // first.
 func (w *txw) partitionOps(account, entityType, entityID string) ([]*Operation, error) {
-	prefix := partitionPrefix(account, entityType, entityID)
-	var ops []*Operation
-	c := w.b(bucketPartitions).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && len(k) == len(prefix)+8 && string(k[:len(prefix)]) == string(prefix); k, _ = c.Next() {
-		op, err := w.loadOpBySeq(readU64(k[len(prefix):]))
+	list, err := w.partitionSeqs(account, entityType, entityID)
+	if err != nil {
+		return nil, err
+	}
+	ops := make([]*Operation, 0, len(list))
+	for _, seq := range list {
+		op, err := w.loadOpBySeq(seq)
 		if err != nil {
 			return nil, err
 		}
@@ -229,7 +307,7 @@ func (w *txw) finish(op *Operation) error {
 	if err := w.leaseDel(op); err != nil {
 		return err
 	}
-	if err := w.del(w.b(bucketPartitions), partitionOpKey(op)); err != nil {
+	if err := w.partitionDel(op); err != nil {
 		return err
 	}
 	if err := w.delUnfinished(op.Seq); err != nil {

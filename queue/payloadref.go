@@ -89,45 +89,79 @@ func (w *txw) loadOp(id string) (*Operation, error) {
 // saveOp writes op's row, its payload by reference when it is the entity
 // row's data.
 func (w *txw) saveOp(op *Operation) error {
+	_, err := w.saveOpListing(op, false)
+	return err
+}
+
+// saveOpListing is saveOp; with queue set, when it rewrites the entity
+// row (to list op's payload), the row also lists op at the end of its
+// partition, which it reports (one rewrite of the row for a new
+// operation instead of two).
+func (w *txw) saveOpListing(op *Operation, queue bool) (queued bool, err error) {
 	inEntity := false
 	if len(op.Payload) > 0 {
-		var err error
-		if inEntity, err = w.refPayload(op); err != nil {
-			return err
+		if inEntity, queued, err = w.refPayload(op, queue); err != nil {
+			return false, err
 		}
 	}
-	return w.put(w.b(bucketOps), u64(op.Seq), encodeOp(op, inEntity))
+	return queued, w.put(w.b(bucketOps), u64(op.Seq), encodeOp(op, inEntity))
 }
 
 // refPayload reports whether op's payload is its entity row's data and,
-// if so, has the row list op.
-func (w *txw) refPayload(op *Operation) (bool, error) {
+// if so, has the row list op; and, with queue set, whether it listed op
+// in the partition too.
+func (w *txw) refPayload(op *Operation, queue bool) (inEntity, queued bool, err error) {
 	ents := w.b(bucketEntities)
 	k := entityKey(op.AccountID, op.EntityType, op.EntityID)
 	v := ents.Get(k)
 	if v == nil {
-		return false, nil
+		return false, false, nil
 	}
 	data, refs, err := peekEntity(k, v)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	if !bytes.Equal(data, op.Payload) {
-		return false, nil
+		return false, false, nil
 	}
 	if slices.Contains(refs, op.Seq) {
-		return true, nil
+		return true, false, nil
 	}
 	e, _, err := decodeEntityRow(k, v, true)
 	if err != nil {
-		return false, err
+		return false, false, err
+	}
+	_, unfinished, _, err := entityLists(k, v)
+	if err != nil {
+		return false, false, err
+	}
+	if queue {
+		if unfinished, err = queueBehind(unfinished, op); err != nil {
+			return false, false, err
+		}
 	}
 	if len(refs) >= 4 { // drop the operations gone since
 		ops := w.b(bucketOps)
 		refs = slices.DeleteFunc(refs, func(seq uint64) bool { return ops.Get(u64(seq)) == nil })
 	}
 	refs = append(refs, op.Seq)
-	return true, w.put(ents, k, encodeEntity(e, refs))
+	return true, queue, w.put(ents, k, encodeEntityRow(e, refs, unfinished))
+}
+
+// entityLists returns the lists of an entity row: its payload
+// references, the seqs of its partition's unfinished operations (schema
+// 6) and where the second starts in v (for withUnfinished). A row in
+// JSON (schema 2) has neither.
+func entityLists(k, v []byte) (refs, unfinished []uint64, tail int, err error) {
+	if len(v) == 0 || v[0] != rowV1 {
+		_, refs, err = decodeEntityRow(k, v, true)
+		return refs, nil, 0, err
+	}
+	_, refs, unfinished, tail, err = entityRowParts(v)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("queue: decode entity %q: %w", k, err)
+	}
+	return refs, unfinished, tail, nil
 }
 
 func (w *txw) loadEntity(account, entityType, id string) (*Entity, error) {
@@ -145,10 +179,15 @@ func (w *txw) loadEntity(account, entityType, id string) (*Entity, error) {
 func (w *txw) saveEntity(e *Entity) error {
 	ents := w.b(bucketEntities)
 	k := entityKey(e.AccountID, e.Type, e.ID)
-	var refs []uint64
+	var refs, unfinished []uint64
 	if v := ents.Get(k); v != nil {
 		oldData, oldRefs, err := peekEntity(k, v)
 		if err != nil {
+			return err
+		}
+		// The partition's operations stay listed (partitionAdd and
+		// partitionDel keep the list).
+		if _, unfinished, _, err = entityLists(k, v); err != nil {
 			return err
 		}
 		if bytes.Equal(oldData, e.Data) {
@@ -157,7 +196,7 @@ func (w *txw) saveEntity(e *Entity) error {
 			return err
 		}
 	}
-	return w.put(ents, k, encodeEntity(e, refs))
+	return w.put(ents, k, encodeEntityRow(e, refs, unfinished))
 }
 
 // deleteEntity removes an entity's row, after writing its data into the

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -172,13 +173,16 @@ func markEntityBlocked(tx *bolt.Tx, e *Entity) {
 	if e.SyncState != SyncPending {
 		return
 	}
-	prefix := partitionPrefix(e.AccountID, e.Type, e.ID)
-	k, _ := tx.Bucket(bucketPartitions).Cursor().Seek(prefix)
-	if k == nil || len(k) != len(prefix)+8 || !bytes.HasPrefix(k, prefix) {
+	k := entityKey(e.AccountID, e.Type, e.ID)
+	v := tx.Bucket(bucketEntities).Get(k)
+	if v == nil {
 		return
 	}
-	seq := k[len(prefix):]
-	head, _, err := decodeOp(readU64(seq), tx.Bucket(bucketOps).Get(seq))
+	_, list, _, err := entityLists(k, v)
+	if err != nil || len(list) == 0 {
+		return
+	}
+	head, _, err := decodeOp(list[0], tx.Bucket(bucketOps).Get(u64(list[0])))
 	if err != nil {
 		return
 	}
@@ -369,7 +373,7 @@ const oldestUnscanned = 64
 // operation, of account's only unless account is empty; zero when there
 // is none. Usually the account's oldest is among the first few of all
 // (one account signed in at a time), so it looks there first; otherwise
-// it takes the smallest seq among the account's partition keys.
+// it takes the smallest seq its entity rows list.
 func oldestUnfinished(tx *bolt.Tx, account string) (time.Time, error) {
 	ops := tx.Bucket(bucketOps)
 	decode := func(seq []byte) (*Operation, error) {
@@ -395,10 +399,14 @@ func oldestUnfinished(tx *bolt.Tx, account string) (time.Time, error) {
 	}
 	prefix := []byte(account + "\x00")
 	var first uint64
-	pc := tx.Bucket(bucketPartitions).Cursor()
-	for k, _ := pc.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = pc.Next() {
-		if seq := readU64(k[len(k)-8:]); first == 0 || seq < first {
-			first = seq
+	ec := tx.Bucket(bucketEntities).Cursor()
+	for k, v := ec.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = ec.Next() {
+		_, list, _, err := entityLists(k, v)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if len(list) > 0 && (first == 0 || list[0] < first) {
+			first = list[0]
 		}
 	}
 	if first == 0 {
@@ -421,17 +429,54 @@ func (s *Store) Events(since uint64, limit int) (events []Event, oldest uint64, 
 		if k, _ := c.First(); k != nil {
 			oldest = readU64(k)
 		}
-		for k, v := c.Seek(u64(since + 1)); k != nil && (limit <= 0 || len(events) < limit); k, v = c.Next() {
-			e, err := decodeEvent(readU64(k), v)
+		// A row holds the events from its key on (a group's, schema 6):
+		// the one before the first key above since may hold since+1.
+		k, v := c.Seek(u64(since + 1))
+		if k == nil || readU64(k) > since+1 {
+			var pk, pv []byte
+			if k == nil {
+				pk, pv = c.Last()
+			} else {
+				pk, pv = c.Prev()
+			}
+			holds := false
+			if pk != nil {
+				last, err := lastEventSeq(readU64(pk), pv)
+				if err != nil {
+					return err
+				}
+				holds = last > since
+			}
+			if holds {
+				k, v = pk, pv
+			} else {
+				k, v = c.Seek(u64(since + 1))
+			}
+		}
+		for ; k != nil; k, v = c.Next() {
+			err := decodeEvents(readU64(k), v, func(e Event) error {
+				if limit > 0 && len(events) >= limit {
+					return errEnough
+				}
+				if e.Seq > since {
+					events = append(events, e)
+				}
+				return nil
+			})
+			if err == errEnough {
+				return nil
+			}
 			if err != nil {
 				return err
 			}
-			events = append(events, e)
 		}
 		return nil
 	})
 	return events, oldest, err
 }
+
+// errEnough ends a walk that has what it needs.
+var errEnough = errors.New("queue: enough")
 
 // LastEventSeq returns the seq of the newest event ever written.
 func (s *Store) LastEventSeq() (uint64, error) {

@@ -64,6 +64,7 @@ const (
 	entSyncCode
 	entServerRecPaths // Entity.Server.Paths, a JSON array
 	entServerRecBase  // Entity.Server.Base
+	entUnfinished     // seqs of the partition's unfinished operations, in order (schema 6); the last field
 	entFields
 )
 
@@ -120,6 +121,17 @@ type rowWriter struct {
 	b       []byte
 	present uint64
 	base    time.Time // the first time written
+}
+
+// rowHeadRoom is the room newRowWriter keeps before the fields for the
+// format byte and the bitmap (a uvarint of at most 10 bytes), so finish
+// writes them in place instead of copying the row behind them.
+const rowHeadRoom = 1 + binary.MaxVarintLen64
+
+// newRowWriter returns a writer whose row has room for size bytes of
+// fields.
+func newRowWriter(size int) *rowWriter {
+	return &rowWriter{b: make([]byte, rowHeadRoom, rowHeadRoom+size)}
 }
 
 func (w *rowWriter) has(field int) { w.present |= 1 << field }
@@ -211,8 +223,12 @@ func (w *rowWriter) time(field int, t time.Time) {
 // finish returns the row: the format byte and the bitmap, then the
 // fields.
 func (w *rowWriter) finish() []byte {
-	head := binary.AppendUvarint([]byte{rowV1}, w.present)
-	return append(head, w.b...)
+	var head [rowHeadRoom]byte
+	head[0] = rowV1
+	n := 1 + binary.PutUvarint(head[1:], w.present)
+	start := rowHeadRoom - n
+	copy(w.b[start:], head[:n])
+	return w.b[start:]
 }
 
 // rowReader reads one row; the first error sticks.
@@ -449,7 +465,14 @@ func isLowerHex[S ~string | ~[]byte](s S) bool {
 // encodeEntity returns e's row; refs are the seqs of the operations whose
 // payload is e's data (payloadref.go).
 func encodeEntity(e *Entity, refs []uint64) []byte {
-	w := &rowWriter{b: make([]byte, 0, 64+len(e.Data))}
+	return encodeEntityRow(e, refs, nil)
+}
+
+// encodeEntityRow returns e's row, listing refs (payload references) and
+// unfinished (the seqs of its partition's unfinished operations, in
+// order).
+func encodeEntityRow(e *Entity, refs, unfinished []uint64) []byte {
+	w := newRowWriter(64 + len(e.Data) + 2*len(unfinished))
 	w.time(entCreatedAt, e.CreatedAt)
 	w.bytes(entData, e.Data)
 	w.bool(entDeleted, e.Deleted)
@@ -485,7 +508,72 @@ func encodeEntity(e *Entity, refs []uint64) []byte {
 		w.bytes(entServerRecPaths, pathsRow(e.Server.Paths))
 		w.bytes(entServerRecBase, e.Server.Base)
 	}
+	w.seqs(entUnfinished, unfinished)
 	return w.finish()
+}
+
+// seqs writes an ascending list of seqs: its length, the first, then
+// each one's distance from the one before.
+func (w *rowWriter) seqs(field int, list []uint64) {
+	if len(list) == 0 {
+		return
+	}
+	w.has(field)
+	w.b = appendSeqs(w.b, list)
+}
+
+func appendSeqs(b []byte, list []uint64) []byte {
+	b = binary.AppendUvarint(b, uint64(len(list)))
+	prev := uint64(0)
+	for _, seq := range list {
+		b = binary.AppendUvarint(b, seq-prev)
+		prev = seq
+	}
+	return b
+}
+
+// seqs reads a list written by rowWriter.seqs, refusing one that is not
+// ascending.
+func (r *rowReader) seqs(field int) []uint64 {
+	if !r.is(field) {
+		return nil
+	}
+	n := r.uvarint()
+	if n == 0 || n > uint64(len(r.b)) { // each takes a byte at least
+		r.fail()
+		return nil
+	}
+	list := make([]uint64, 0, n)
+	prev := uint64(0)
+	for range n {
+		d := r.uvarint()
+		if d == 0 || prev+d < prev {
+			r.fail()
+			return nil
+		}
+		prev += d
+		list = append(list, prev)
+	}
+	return list
+}
+
+// withUnfinished returns the binary entity row v with its list of
+// unfinished operations replaced by list, the other fields as they are.
+// tail is where the list starts in v (entityRowParts).
+func withUnfinished(v []byte, tail int, list []uint64) []byte {
+	present, n := binary.Uvarint(v[1:])
+	if len(list) == 0 {
+		present &^= 1 << entUnfinished
+	} else {
+		present |= 1 << entUnfinished
+	}
+	out := make([]byte, 0, tail+binary.MaxVarintLen64+binary.MaxVarintLen64*(len(list)+1))
+	out = binary.AppendUvarint(append(out, rowV1), present)
+	out = append(out, v[1+n:tail]...)
+	if len(list) > 0 {
+		out = appendSeqs(out, list)
+	}
+	return out
 }
 
 // pathsRow is a list of paths as a row stores it: a JSON array, nil for
@@ -570,6 +658,7 @@ func decodeEntityRow(k, v []byte, alias bool) (e *Entity, refs []uint64, err err
 			e.Server.Base = bytes.Clone(base)
 		}
 	}
+	r.seqs(entUnfinished) // read by entityRowParts
 	if err := r.done(); err != nil {
 		return nil, nil, fmt.Errorf("queue: decode entity %q: %w", k, err)
 	}
@@ -580,6 +669,14 @@ func decodeEntityRow(k, v []byte, alias bool) (e *Entity, refs []uint64, err err
 // payload references, skipping the other fields without decoding them:
 // the write path reads them at every saveOp.
 func entityDataRefs(v []byte) (data []byte, refs []uint64, err error) {
+	data, refs, _, _, err = entityRowParts(v)
+	return data, refs, err
+}
+
+// entityRowParts returns a binary entity row's data (a slice of v),
+// payload references, the seqs of its partition's unfinished operations
+// and where in v their list starts (len(v) without one).
+func entityRowParts(v []byte) (data []byte, refs, unfinished []uint64, tail int, err error) {
 	r := newRowReader(v, entFields)
 	r.alias = true
 	r.time(entCreatedAt)
@@ -601,7 +698,9 @@ func entityDataRefs(v []byte) (data []byte, refs []uint64, err error) {
 	r.skipStr(entSyncCode)
 	r.bytes(entServerRecPaths)
 	r.bytes(entServerRecBase)
-	return data, refs, r.done()
+	tail = len(v) - len(r.b)
+	unfinished = r.seqs(entUnfinished)
+	return data, refs, unfinished, tail, r.done()
 }
 
 // checkServerRec refuses what the writer never writes of an entity's
@@ -695,7 +794,7 @@ func (r *rowReader) refs(field int) []uint64 {
 // encodeOp returns op's row; inEntity leaves out the payload, which is
 // the data of the entity's row.
 func encodeOp(op *Operation, inEntity bool) []byte {
-	w := &rowWriter{b: make([]byte, 0, 128+len(op.Payload))}
+	w := newRowWriter(128 + len(op.Payload))
 	w.time(opCreatedAt, op.CreatedAt)
 	w.str(opID, op.ID)
 	w.str(opAccountID, op.AccountID)

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -188,7 +189,39 @@ func TestRowCodecRoundTrip(t *testing.T) {
 				t.Fatalf("entity round trip:\n got %+v %v\nwant %+v %v", *gotE, gotRefs, want, refs)
 			}
 		}
+
+		// The partition's list (schema 6): any ascending list survives
+		// the row, and replacing it (withUnfinished) changes nothing
+		// else.
+		list := drawSeqs(t, "unfinished")
+		row := encodeEntityRow(&e, refs, list)
+		_, _, gotList, tail, err := entityRowParts(row)
+		if err != nil || !reflect.DeepEqual(gotList, list) {
+			t.Fatalf("unfinished list %v read back as %v (%v)", list, gotList, err)
+		}
+		other := drawSeqs(t, "other")
+		edited := withUnfinished(row, tail, other)
+		if !bytes.Equal(edited, encodeEntityRow(&e, refs, other)) {
+			t.Fatalf("list %v replaced by %v: %x, want %x", list, other, edited, encodeEntityRow(&e, refs, other))
+		}
+		gotE, gotRefs, err := decodeEntityRow(k, edited, false)
+		want := e
+		normalize(&want)
+		if err != nil || !reflect.DeepEqual(*gotE, want) || !reflect.DeepEqual(gotRefs, refs) {
+			t.Fatalf("entity after its list changed:\n got %+v %v %v\nwant %+v %v", gotE, gotRefs, err, want, refs)
+		}
 	})
+}
+
+// drawSeqs draws an ascending list of seqs, nil for none.
+func drawSeqs(t *rapid.T, label string) []uint64 {
+	var list []uint64
+	prev := uint64(0)
+	for _, d := range rapid.SliceOfN(rapid.Uint64Range(1, 1<<40), 0, 20).Draw(t, label) {
+		prev += d
+		list = append(list, prev)
+	}
+	return list
 }
 
 // A small create's rows, as the queue writes them, against the JSON rows
@@ -223,6 +256,7 @@ func FuzzDecodeRow(f *testing.F) {
 	e := Entity{AccountID: "acct", Type: "note", ID: "e1", Data: json.RawMessage(`{"a":1}`), SyncState: SyncFailed, Version: 3,
 		CreatedAt: clocktest.Start, UpdatedAt: clocktest.Start.Add(time.Hour), LastOperationID: op.ID, SyncError: "x"}
 	f.Add(encodeEntity(&e, []uint64{1, 2}))
+	f.Add(encodeEntityRow(&e, []uint64{1, 2}, []uint64{3, 7, 9}))
 	f.Add([]byte(`{"id":"x","seq":1}`))
 	f.Add([]byte{rowV1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 	k := entityKey("acct", "note", "e1")

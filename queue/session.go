@@ -106,10 +106,11 @@ var (
 func (s *Store) StartPurge(ctx context.Context, account string, force bool) (unfinished int, err error) {
 	err = s.update(ctx, func(tx *txw) error {
 		unfinished = 0
-		prefix := []byte(account + "\x00")
-		c := tx.b(bucketPartitions).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
-			unfinished++
+		counts := tx.b(bucketCounts)
+		for _, st := range stateTable {
+			if v := counts.Get(accountCountKey(account, State(st))); v != nil && State(st) != StateDone {
+				unfinished += int(readU64(v))
+			}
 		}
 		if unfinished > 0 && !force {
 			return fmt.Errorf("%w: %d operations of account %s have not reached the server", ErrNotPurgeable, unfinished, account)
@@ -175,7 +176,7 @@ func (tx *txw) purgeChunk(account string, after uint64) (finished bool, next uin
 		keys = append(keys, append([]byte(nil), k...))
 	}
 	for _, k := range keys {
-		if err := tx.purgeOps(append(k, 0)); err != nil {
+		if err := tx.purgeOps(k); err != nil {
 			return false, after, err
 		}
 		if err := tx.deleteEntityKey(k); err != nil {
@@ -185,8 +186,30 @@ func (tx *txw) purgeChunk(account string, after uint64) (finished bool, next uin
 	if len(keys) > 0 {
 		return false, after, nil
 	}
-	if tx.anyKey(bucketPartitions, prefix) {
-		return false, after, tx.purgeOps(prefix)
+	// An unfinished operation has an entity row (Check), but should one
+	// have none, it goes too: looked for once, before the walk of done
+	// operations begins.
+	if after == 0 {
+		var stray []uint64
+		ops := tx.b(bucketOps)
+		for seq := range unfinishedSeqs(tx.tx, 0) {
+			op, _, err := decodeOp(seq, ops.Get(u64(seq)))
+			if err != nil {
+				return false, after, err
+			}
+			if op.AccountID == account {
+				stray = append(stray, seq)
+			}
+		}
+		for _, seq := range stray {
+			op, err := tx.loadOpBySeq(seq)
+			if err != nil {
+				return false, after, err
+			}
+			if err := tx.purgeOp(op); err != nil {
+				return false, after, err
+			}
+		}
 	}
 
 	// Done operations of the account: their rows go too. Nothing indexes
@@ -233,13 +256,16 @@ func (tx *txw) purgeChunk(account string, after uint64) (finished bool, next uin
 	return true, next, tx.event(Event{Type: EventAccountPurged, AccountID: account})
 }
 
-// purgeOps purges the unfinished operations whose partition keys start
-// with prefix.
-func (tx *txw) purgeOps(prefix []byte) error {
-	var seqs []uint64
-	c := tx.b(bucketPartitions).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
-		seqs = append(seqs, readU64(k[len(k)-8:]))
+// purgeOps purges the unfinished operations of the partition whose
+// entity row's key is k.
+func (tx *txw) purgeOps(k []byte) error {
+	v := tx.b(bucketEntities).Get(k)
+	if v == nil {
+		return nil
+	}
+	_, seqs, _, err := entityLists(k, v)
+	if err != nil {
+		return err
 	}
 	for _, seq := range seqs {
 		op, err := tx.loadOpBySeq(seq)
@@ -251,12 +277,6 @@ func (tx *txw) purgeOps(prefix []byte) error {
 		}
 	}
 	return nil
-}
-
-// anyKey reports whether bucket has a key that starts with prefix.
-func (tx *txw) anyKey(bucket, prefix []byte) bool {
-	k, _ := tx.b(bucket).Cursor().Seek(prefix)
-	return k != nil && hasPrefix(k, prefix)
 }
 
 // purgeKey is the meta key that records a purge of account in progress.

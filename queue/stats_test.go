@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -169,4 +170,19 @@ func TestUpgradeSchema1(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// countKeys are the state's key and the shares' keys, as read back by
+// the stats (accountCountKey, typeCountKey, appCountKey).
+func TestCountKeys(t *testing.T) {
+	for _, app := range []string{"", "notes-app"} {
+		op := &Operation{AccountID: "alice", EntityType: "note", App: app}
+		want := [][]byte{[]byte(StatePending), accountCountKey("alice", StatePending), typeCountKey("alice", "note", StatePending)}
+		if app != "" {
+			want = append(want, appCountKey(app, StatePending))
+		}
+		if got := countKeys(op, StatePending); !reflect.DeepEqual(got, want) {
+			t.Fatalf("countKeys with app %q = %q, want %q", app, got, want)
+		}
+	}
 }

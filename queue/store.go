@@ -261,6 +261,11 @@ func (s *Store) initBuckets(tx *bolt.Tx) (changed bool, err error) {
 		if err := upgradeUnfinished(tx); err != nil {
 			return true, fmt.Errorf("queue: upgrade the data file to schema %d: %w", schemaVersion, err)
 		}
+		// Schema 6 lists a partition's unfinished operations in its
+		// entity's row.
+		if err := upgradePartitions(tx); err != nil {
+			return true, fmt.Errorf("queue: upgrade the data file to schema %d: %w", schemaVersion, err)
+		}
 		// Schema 3 reads schema 2's JSON rows as they are and writes each
 		// in the binary form when it next changes (rowcodec.go): nothing
 		// to rewrite. The new number keeps an older syncd, which cannot
@@ -665,6 +670,11 @@ type txw struct {
 	now    time.Time
 	wrote  bool
 	events []Event
+	// The row of the events appended last (a group once it holds two:
+	// eventcodec.go), its key and its number of events.
+	evRow   []byte
+	evFirst uint64
+	evN     int
 }
 
 func (w *txw) put(bucket *bolt.Bucket, k, v []byte) error {
@@ -731,8 +741,26 @@ func (w *txw) event(e Event) error {
 	}
 	e.Seq = seq
 	e.Time = w.now
-	if err := w.put(b, u64(seq), encodeEvent(&e)); err != nil {
-		return err
+	// The events of one write (and of a batch's writes, up to
+	// maxEventGroup) share a row: the row of the last one grows by this
+	// one's fields that differ from it.
+	if w.evN > 0 && w.evN < maxEventGroup && seq == w.evFirst+uint64(w.evN) {
+		prev := &w.events[len(w.events)-1]
+		if w.evN == 1 {
+			w.evRow = appendEventGroup(nil, nil, prev)
+		}
+		// Appending leaves the bytes of the row put before as they are,
+		// which bbolt holds until the commit.
+		w.evRow = appendEventGroup(w.evRow, prev, &e)
+		w.evN++
+		if err := w.put(b, u64(w.evFirst), w.evRow); err != nil {
+			return err
+		}
+	} else {
+		w.evRow, w.evFirst, w.evN = encodeEvent(&e), seq, 1
+		if err := w.put(b, u64(seq), w.evRow); err != nil {
+			return err
+		}
 	}
 	w.events = append(w.events, e)
 	return nil

@@ -77,15 +77,40 @@ func (s *Store) Sweep(ctx context.Context) (ops, events int, err error) {
 			n = 0
 			b := tx.b(bucketEvents)
 			c := b.Cursor()
+			// A row holds the events from its key on (a group's, schema
+			// 6, several): one that holds events past last keeps those,
+			// as a row keyed by the first of them.
 			var keys [][]byte
-			for k, _ := c.First(); k != nil && readU64(k) <= last && len(keys) < sweepChunk; k, _ = c.Next() {
+			var kept []Event
+			for k, v := c.First(); k != nil && readU64(k) <= last && n < sweepChunk; k, v = c.Next() {
+				first := readU64(k)
+				end, err := lastEventSeq(first, v)
+				if err != nil {
+					return err
+				}
 				keys = append(keys, bytes.Clone(k))
+				if end > last {
+					err := decodeEvents(first, v, func(e Event) error {
+						if e.Seq > last {
+							kept = append(kept, e)
+						}
+						return nil
+					})
+					if err != nil {
+						return err
+					}
+					n += int(last - first + 1)
+					break
+				}
+				n += int(end - first + 1)
 			}
 			for _, k := range keys {
 				if err := tx.del(b, k); err != nil {
 					return err
 				}
-				n++
+			}
+			if len(kept) > 0 {
+				return tx.put(b, u64(kept[0].Seq), encodeEventRow(kept))
 			}
 			return nil
 		})

@@ -281,6 +281,10 @@ type Write struct {
 	// App names the app that made the write (Operation.App): recorded,
 	// never checked here; the local API decides what an app may write.
 	App string
+	// Canonical says Data is CanonicalData's output already (the local
+	// API makes it so to fingerprint the write): Apply stores it as it
+	// is instead of encoding it again. It is still checked.
+	Canonical bool
 }
 
 // Result is what Apply did.

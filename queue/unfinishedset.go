@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"iter"
@@ -181,4 +182,62 @@ func unfinishedSeqsAnySchema(tx *bolt.Tx) iter.Seq[uint64] {
 			}
 		}
 	}
+}
+
+// upgradePartitions moves the partitions index of a file older than
+// schema 6 (a key per unfinished operation: bucketPartitionsV5) into the
+// entity rows, one put per partition, and drops it. An unfinished
+// operation whose entity has no row stops the upgrade (the file is left
+// as it was): syncd never writes one, and its operation would otherwise
+// be in no partition.
+func upgradePartitions(tx *bolt.Tx) error {
+	old := tx.Bucket(bucketPartitionsV5)
+	if old == nil {
+		return nil
+	}
+	ents := tx.Bucket(bucketEntities)
+	var key []byte
+	var list []uint64
+	flush := func() error {
+		if key == nil {
+			return nil
+		}
+		v := ents.Get(key)
+		if v == nil {
+			return fmt.Errorf("operation %d is unfinished and its entity %q has no row", list[0], key)
+		}
+		var row []byte
+		if v[0] == rowV1 {
+			_, _, _, tail, err := entityRowParts(v)
+			if err != nil {
+				return fmt.Errorf("decode entity %q: %w", key, err)
+			}
+			row = withUnfinished(v, tail, list)
+		} else {
+			e, refs, err := decodeEntityRow(key, v, false)
+			if err != nil {
+				return err
+			}
+			row = encodeEntityRow(e, refs, list)
+		}
+		return ents.Put(key, row)
+	}
+	c := old.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) < 10 || k[len(k)-9] != 0 {
+			return fmt.Errorf("a partitions key %q", k)
+		}
+		ek, seq := k[:len(k)-9], readU64(k[len(k)-8:])
+		if !bytes.Equal(ek, key) {
+			if err := flush(); err != nil {
+				return err
+			}
+			key, list = bytes.Clone(ek), nil
+		}
+		list = append(list, seq)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	return tx.DeleteBucket(bucketPartitionsV5)
 }

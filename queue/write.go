@@ -92,7 +92,7 @@ func (s *Store) validate(w *Write) error {
 	if err := jsonstrict.Check(w.Data, MaxDataDepth); err != nil {
 		return fmt.Errorf("%w: data: %w", ErrInvalidWrite, err)
 	}
-	if !isObject(w.Data) {
+	if !checkedObject(w.Data) {
 		return fmt.Errorf("%w: data must be a JSON object", ErrInvalidWrite)
 	}
 	return nil
@@ -141,7 +141,7 @@ func (s *Store) prepare(w *Write) error {
 	if w.Op == OpCreate && w.EntityID == "" {
 		w.EntityID = newID()
 	}
-	if w.Op != OpDelete {
+	if w.Op != OpDelete && !w.Canonical {
 		c, err := canonicalJSON(w.Data)
 		if err != nil {
 			return fmt.Errorf("%w: data: %v", ErrInvalidWrite, err)
@@ -171,7 +171,11 @@ func (tx *txw) roomForWrite() error {
 
 func (tx *txw) apply(w *Write) (Result, error) {
 	// The app's key names an operation that exists: replay or conflict.
-	if existing, err := tx.loadOp(w.OperationID); err == nil {
+	if seq := tx.b(bucketOpIDs).Get([]byte(w.OperationID)); seq != nil {
+		existing, err := tx.loadOpBySeq(readU64(seq))
+		if err != nil {
+			return Result{}, err
+		}
 		if existing.RequestFingerprint != w.RequestFingerprint || existing.AccountID != w.AccountID {
 			return Result{}, fmt.Errorf("%w: %s", ErrKeyReused, w.OperationID)
 		}
@@ -641,14 +645,17 @@ func (tx *txw) insertOperation(op *Operation, isHead bool) error {
 	if err := tx.joinGroup(op); err != nil {
 		return err
 	}
-	if err := tx.saveOp(op); err != nil {
+	queued, err := tx.saveOpListing(op, true)
+	if err != nil {
 		return err
 	}
 	if err := tx.put(tx.b(bucketOpIDs), []byte(op.ID), u64(op.Seq)); err != nil {
 		return err
 	}
-	if err := tx.put(tx.b(bucketPartitions), partitionOpKey(op), nil); err != nil {
-		return err
+	if !queued {
+		if err := tx.partitionAdd(op); err != nil {
+			return err
+		}
 	}
 	if err := tx.addUnfinished(op.Seq); err != nil {
 		return err

@@ -1018,3 +1018,26 @@ func TestMergeableTypes(t *testing.T) {
 		t.Error("Open took an invalid mergeable type")
 	}
 }
+
+// A write whose data CanonicalData made (Write.Canonical, as the local
+// API sends them) is stored as the same bytes as the app's data encoded
+// by the store, and is still checked.
+func TestCanonicalWrite(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{NoSync: true})
+	raw := json.RawMessage(` {"b":[1, 2.50],"a":"<é>","c":{"z":null,"y":1e3}} `)
+	c, err := CanonicalData(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := mustApply(t, s, Write{Op: OpCreate, EntityID: "plain", Data: raw})
+	given := mustApply(t, s, Write{Op: OpCreate, EntityID: "given", Data: c, Canonical: true})
+	if string(plain.Entity.Data) != string(c) || string(given.Entity.Data) != string(c) || string(given.Operation.Payload) != string(c) {
+		t.Fatalf("stored %s and %s, want %s for both", plain.Entity.Data, given.Entity.Data, c)
+	}
+	for _, bad := range []string{`{"a":1,"a":2}`, `[1]`, `{"a":`} {
+		if _, err := s.Apply(context.Background(), Write{Op: OpCreate, AccountID: "acct", EntityType: "note", Data: json.RawMessage(bad), Canonical: true}); !errors.Is(err, ErrInvalidWrite) {
+			t.Errorf("canonical data %s: %v, want ErrInvalidWrite", bad, err)
+		}
+	}
+}

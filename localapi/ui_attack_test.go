@@ -1103,18 +1103,12 @@ function load(tag, src) {
 })();
 </script>`
 
-// A page on another loopback port of the same host (same site, so the
-// browser sends it the SameSite=Strict cookie) tries to read and write
-// through a signed-in browser: a credentialed fetch, a no-cors POST, a
-// keepalive POST (as a beacon sends), a text/plain form POST, an <img>, a <script src> of a JSON
-// route, a WebSocket. Nothing is read, nothing is written (the <img>
-// of the page's icon loads: the cookie is sent, and the Origin and CSRF
-// checks are what holds). Then it
-// tosses cookies with longer paths (BREAK: the page loses its API).
-func TestUIAttackBrowserForeignPage(t *testing.T) {
-	a := startAtk(t, localapitest.Options{})
-	reports := make(chan string, 1)
-	var foreign *httptest.Server
+// foreignStack is a daemon, a foreign server on another port of
+// 127.0.0.1, and Chromium signed in to the daemon's page.
+func foreignStack(t *testing.T) (a *atk, foreign *httptest.Server, reports chan string, p *page) {
+	t.Helper()
+	a = startAtk(t, localapitest.Options{})
+	reports = make(chan string, 1)
 	foreign = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/":
@@ -1126,6 +1120,12 @@ func TestUIAttackBrowserForeignPage(t *testing.T) {
 			case reports <- string(b):
 			default:
 			}
+		case "/overwrite":
+			// The same name, host and path as the page's own cookie: it
+			// replaces it (HttpOnly stops only document.cookie).
+			http.SetCookie(w, &http.Cookie{Name: localapi.UICookieName, Value: "overwritten", Path: "/ui/"})
+			w.Header().Set("Content-Type", "text/html")
+			io.WriteString(w, "<!doctype html><title>overwritten</title>overwritten")
 		case "/toss":
 			// Cookies do not keep ports apart: these apply to the
 			// daemon's host too, with paths longer than /ui/.
@@ -1143,7 +1143,7 @@ func TestUIAttackBrowserForeignPage(t *testing.T) {
 		t.Fatalf("the foreign page is at %s, not another port of 127.0.0.1", foreign.URL)
 	}
 
-	p := atkBrowser(t)
+	p = atkBrowser(t)
 	p.do(chromedp.Navigate(a.env.URL + "/ui/login?code=" + a.link()))
 	p.wait("the signed-in page", `location.pathname === "/ui/" && document.readyState === "complete"`)
 	if st := awaitOn[float64](p, `fetch("/ui/api/v1/status").then(r => r.status)`); st != 200 {
@@ -1153,6 +1153,19 @@ func TestUIAttackBrowserForeignPage(t *testing.T) {
 		t.Errorf("the page's URL or referrer keeps the code: %s", ref)
 	}
 
+	return a, foreign, reports, p
+}
+
+// A page on another loopback port of the same host (same site, so the
+// browser sends it the SameSite=Strict cookie) tries to read and write
+// through a signed-in browser: a credentialed fetch, a no-cors POST, a
+// keepalive POST (as a beacon sends), a text/plain form POST, an
+// <img>, a <script src> of a JSON route, a WebSocket. Nothing is read,
+// nothing is written (the <img> of the page's icon loads: the cookie is
+// sent, and the Origin and CSRF checks are what holds). The sign-in
+// code stays out of the page's URL and referrer.
+func TestUIAttackBrowserForeignPage(t *testing.T) {
+	a, foreign, reports, p := foreignStack(t)
 	p.do(chromedp.Navigate(foreign.URL + "/"))
 	var report string
 	select {
@@ -1193,6 +1206,14 @@ func TestUIAttackBrowserForeignPage(t *testing.T) {
 		t.Error("the foreign form registered an app")
 	}
 
+}
+
+// BREAK: a server on another port of 127.0.0.1 that the signed-in
+// browser visits signs the page out: six syncd_ui cookies with paths
+// longer than /ui/ hide the real one from /ui/api (only the first four
+// are looked at), and one with Path=/ui/ replaces it.
+func TestUIAttackBrowserCookieTossing(t *testing.T) {
+	a, foreign, _, p := foreignStack(t)
 	// Cookie tossing from the foreign port, then back to the page.
 	p.do(chromedp.Navigate(foreign.URL + "/toss"))
 	p.wait("the tossing page", `document.title === "tossed"`)
@@ -1203,5 +1224,21 @@ func TestUIAttackBrowserForeignPage(t *testing.T) {
 	}
 	if st := awaitOn[float64](p, `fetch("/ui/api/v1/status").then(r => r.status)`); st != 200 {
 		t.Errorf("after a page on another port set 6 syncd_ui cookies with longer paths, the signed-in page's GET /ui/api/v1/status answers %v, want 200: the page is signed out of its API (docs/ui.md says tossed cookies do not do that)", st)
+	}
+	ws := awaitOn[string](p, `new Promise(res => { const ws = new WebSocket("ws://" + location.host + "/ui/api/v1/events"); ws.onopen = () => res("open"); ws.onerror = () => res("error"); })`)
+	if ws != "open" {
+		t.Errorf("after the tossing, the page's event stream: %s, want open", ws)
+	}
+
+	// A server on another port replaces the cookie outright: the page
+	// is signed out (docs/ui.md says a same-name cookie does not sign
+	// the page out; no check of the daemon can tell, only the docs can
+	// say it).
+	p.do(chromedp.Navigate(foreign.URL + "/overwrite"))
+	p.wait("the overwriting page", `document.title === "overwritten"`)
+	p.do(chromedp.Navigate(a.env.URL + "/ui/"))
+	p.wait("the page", `location.pathname === "/ui/" && document.readyState === "complete"`)
+	if st := awaitOn[float64](p, `fetch("/ui/session").then(r => r.status)`); st != 200 {
+		t.Errorf("after a page on another port set syncd_ui=overwritten; Path=/ui/, GET /ui/session answers %v: a server on another port signs the page out at will", st)
 	}
 }

@@ -65,6 +65,22 @@ type Store interface {
 	Sweep(ctx context.Context, now time.Time) (int, error)
 }
 
+// ReadingStore is a Store whose Tx.Reserve answers a finished key
+// without Get's help: in the round trip that reserves, without waiting
+// for a lock, it reads the committed record and returns it when the key
+// is taken (its own reservation, or another transaction's lock, when the
+// record is completed and live), and it answers ErrInFlight only when
+// there is no such record. When ReserveReads reports true the gate does
+// not call Get before it reserves: a fresh request saves that read; a
+// replay costs a store transaction that reserves nothing instead. (A
+// duplicate that meets the key held in this process, or ErrInFlight,
+// still reads with Get, so a completed key never answers 409.) pgstore
+// implements it, with the read pipelined with its BEGIN.
+type ReadingStore interface {
+	Store
+	ReserveReads() bool
+}
+
 // Tx is a store transaction scoped to one gated request. It is used from
 // the request's goroutine only.
 type Tx interface {

@@ -324,17 +324,24 @@ func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time
 	// savepoint, the reservation with the read of the record, and the
 	// gate's savepoint after it.
 	b := &pgx.Batch{}
+	reserve, reserveArgs := pgsql.ReserveRead, args
 	if !t.begun {
 		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-		b.Queue("SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)",
-			t.store.lockTimeout, t.store.lease)
+		if t.group == nil {
+			// The limits go with the reservation. (A member's must not:
+			// they would end with its savepoint.)
+			reserve, reserveArgs = pgsql.ReserveReadWithLimits, append(args[:len(args):len(args)], t.store.lockTimeout, t.store.lease)
+		} else {
+			b.Queue("SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)",
+				t.store.lockTimeout, t.store.lease)
+		}
 	}
 	if t.group != nil && !t.itemSP {
 		b.Queue("SAVEPOINT " + savepointItem)
 		t.itemSP = true
 	}
 	pre := b.Len()
-	b.Queue(pgsql.ReserveRead, args...)
+	b.Queue(reserve, reserveArgs...)
 	b.Queue("SAVEPOINT " + savepointGate)
 	br := t.conn.SendBatch(ctx, b)
 	errs := make([]error, 0, pre+3)

@@ -369,3 +369,60 @@ func TestRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitsOfAGatedTransaction: the transaction's lock_timeout and
+// idle_in_transaction_session_timeout (Config.LockTimeout and
+// Config.Lease), set with the reservation, hold for the handler's
+// statements, alone and in a group; and they end with the transaction.
+func TestLimitsOfAGatedTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, s := setup(t, pgstore.Config{LockTimeout: 1500 * time.Millisecond, Lease: 45 * time.Second})
+	now := time.Now()
+	check := func(name string, tx idempotency.Tx, key string) {
+		t.Helper()
+		rec := &idempotency.Record{Actor: "alice", Key: key, Operation: "op", Fingerprint: strings.Repeat("0", 64),
+			Status: idempotency.StatusProcessing, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		if old, err := tx.Reserve(ctx, rec, now); err != nil || old != nil {
+			t.Fatalf("%s: Reserve: %+v, %v", name, old, err)
+		}
+		ptx, ok := pgstore.TxFromContext(idempotency.ContextWithTx(ctx, tx))
+		if !ok {
+			t.Fatalf("%s: no transaction", name)
+		}
+		var lock, lease string
+		if err := ptx.QueryRow(ctx, "SELECT current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout')").Scan(&lock, &lease); err != nil {
+			t.Fatal(err)
+		}
+		if lock != "1500ms" || lease != "45s" {
+			t.Errorf("%s: lock_timeout %s, idle_in_transaction_session_timeout %s; want 1500ms, 45s", name, lock, lease)
+		}
+	}
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("alone", tx, "k1")
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.BeginGroup(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Rollback(ctx)
+	for i, key := range []string{"k2", "k3"} {
+		m, err := g.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("member %d", i+1), m, key)
+		if err := m.Rollback(ctx); err != nil { // the first member's savepoint goes
+			t.Fatal(err)
+		}
+	}
+	var lock string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&lock); err != nil || lock != "0" {
+		t.Fatalf("lock_timeout outside a gated transaction: %q, %v; want 0", lock, err)
+	}
+}

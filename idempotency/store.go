@@ -57,8 +57,9 @@ type Store interface {
 	// Get returns the committed record for (actor, key), or nil, with
 	// one read and no lock (it must not wait for a transaction that
 	// holds the key). The gate answers a completed key from it before it
-	// reserves, so resends of a finished request never queue behind each
-	// other.
+	// reserves (unless the store is a ReadingStore), and again before it
+	// answers 409, so resends of a finished request never queue behind
+	// each other.
 	Get(ctx context.Context, actor, key string) (*Record, error)
 	// Sweep deletes the records that expired at or before now and returns
 	// how many it deleted.

@@ -5,9 +5,9 @@
 //
 // One transaction per gated request holds the reservation (a
 // transaction-scoped advisory lock on the key, taken without waiting,
-// and INSERT ... ON CONFLICT (actor_id, operation_id) DO NOTHING), the
-// handler's domain write and the completion (UPDATE to completed with
-// the response). Until it commits, the processing row is invisible to
+// and INSERT ... ON CONFLICT (actor_id, operation_id) DO NOTHING, in one
+// statement that also reads the committed record), the handler's domain
+// write and the completion (UPDATE to completed with the response). Until it commits, the processing row is invisible to
 // other transactions, and a duplicate on any replica finds the advisory
 // lock taken and gets idempotency.ErrInFlight (409 with Retry-After) at
 // once, holding its pooled connection for that one round trip. When the
@@ -15,11 +15,17 @@
 // error, crash, lost connection), a retry takes the key and runs.
 //
 // The gate costs no extra round trip: BEGIN is pipelined with the
-// reservation and the savepoint the handler runs after (so that a final
-// refusal after a failed statement is still stored), and the completion
-// with the COMMIT, so a gated request with one domain write makes three
-// round trips, like a plain transaction. It costs a row insert and
-// update per request.
+// reservation (which sets the transaction's limits too) and the
+// savepoint the handler runs after (so that a final refusal after a
+// failed statement is still stored), and the completion with the
+// COMMIT, so a gated request with one domain write makes three round
+// trips, like a plain transaction. Since the reservation reads the
+// record, the gate does not read it first (the Store is an
+// idempotency.ReadingStore): a replay costs the reservation's round
+// trip, which finds the completed record, and a ROLLBACK. The gate
+// costs a row insert and update per request, with their index entries
+// (the update moves expires_at, so it is never HOT): about 1 KB of WAL
+// per request where the plain transaction's single INSERT writes 0.2 KB.
 //
 // A batch (idempotency.BatchHandler with this Store) runs its operations
 // in one transaction, a Group: each between a savepoint, sent with its
@@ -301,12 +307,14 @@ func (t *Tx) setBegun() {
 	}
 }
 
-// Reserve implements idempotency.Tx, pipelined with BEGIN. When another
-// transaction holds the key's lock it returns the completed record if
-// there is one, else idempotency.ErrInFlight, at once.
-// On a conflict with a committed record it reads it (READ COMMITTED: a
-// new statement sees what the other transaction committed); an expired
-// record is deleted and the insert tried again, in the same transaction.
+// Reserve implements idempotency.Tx, pipelined with BEGIN; its statement
+// takes the lock, inserts and reads the committed record at once. When
+// another transaction holds the key's lock it returns the completed
+// record if there is one, else idempotency.ErrInFlight, at once. On a
+// conflict with a committed record it returns that record (read again in
+// a new statement if it committed after the first began: READ COMMITTED);
+// an expired record is deleted and the insert tried again, in the same
+// transaction.
 func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time) (*idempotency.Record, error) {
 	if t.done {
 		return nil, idempotency.ErrTxDone

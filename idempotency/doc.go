@@ -28,9 +28,10 @@
 //   - the same (actor, key) and the same fingerprint again: the stored
 //     status, result headers (Config.ReplayedHeaders) and body, with
 //     Idempotent-Replayed: true, read from the committed record before
-//     any reservation (Store.Get), so resends of a finished request
-//     never answer 409, however many arrive together on however many
-//     replicas;
+//     any reservation (Store.Get), or, on a store whose reservation
+//     reads it without waiting (ReadingStore: pgstore), by the
+//     reservation itself; resends of a finished request never answer
+//     409, however many arrive together on however many replicas;
 //   - the same (actor, key) with another fingerprint: 422
 //     idempotency_key_reused, and the handler does not run;
 //   - the same (actor, key) while the first request is still running, in

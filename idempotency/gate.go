@@ -187,6 +187,9 @@ type Gate struct {
 	cfg      Config
 	replayed map[string]bool // canonical header names kept for replay
 	inflight *inflight
+	// reserveReads: the store's Reserve reads the record (ReadingStore),
+	// so execute does not read it first.
+	reserveReads bool
 }
 
 // New returns a Gate for cfg.
@@ -237,6 +240,9 @@ func New(cfg Config) (*Gate, error) {
 		cfg.MaxJSONDepth = DefaultMaxJSONDepth
 	}
 	g := &Gate{cfg: cfg, replayed: make(map[string]bool), inflight: inflightFor(cfg.Store)}
+	if rs, ok := cfg.Store.(ReadingStore); ok {
+		g.reserveReads = rs.ReserveReads()
+	}
 	for _, h := range cfg.ReplayedHeaders {
 		g.replayed[http.CanonicalHeaderKey(h)] = true
 	}
@@ -449,8 +455,11 @@ func (g *Gate) execute(ctx context.Context, actor, key, op, fp string, exec func
 	// the stored answer. Not in a group: the read would need a second
 	// connection while the group holds one, and with as many batches as
 	// the pool has connections each would wait for another's; the
-	// member's reservation reads the record instead.
-	if item == nil {
+	// member's reservation reads the record instead. Nor on a store
+	// whose reservation reads the record in its own round trip
+	// (ReadingStore): it answers a finished key there, and a fresh
+	// request does not pay for a read twice.
+	if item == nil && !g.reserveReads {
 		if o, ans, ok := g.lookup(ctx, log, actor, key, fp); ok {
 			return o, ans, nil
 		}

@@ -57,12 +57,29 @@ type Store interface {
 	// Get returns the committed record for (actor, key), or nil, with
 	// one read and no lock (it must not wait for a transaction that
 	// holds the key). The gate answers a completed key from it before it
-	// reserves, so resends of a finished request never queue behind each
-	// other.
+	// reserves (unless the store is a ReadingStore), and again before it
+	// answers 409, so resends of a finished request never queue behind
+	// each other.
 	Get(ctx context.Context, actor, key string) (*Record, error)
 	// Sweep deletes the records that expired at or before now and returns
 	// how many it deleted.
 	Sweep(ctx context.Context, now time.Time) (int, error)
+}
+
+// ReadingStore is a Store whose Tx.Reserve answers a finished key
+// without Get's help: in the round trip that reserves, without waiting
+// for a lock, it reads the committed record and returns it when the key
+// is taken (its own reservation, or another transaction's lock, when the
+// record is completed and live), and it answers ErrInFlight only when
+// there is no such record. When ReserveReads reports true the gate does
+// not call Get before it reserves: a fresh request saves that read; a
+// replay costs a store transaction that reserves nothing instead. (A
+// duplicate that meets the key held in this process, or ErrInFlight,
+// still reads with Get, so a completed key never answers 409.) pgstore
+// implements it, with the read pipelined with its BEGIN.
+type ReadingStore interface {
+	Store
+	ReserveReads() bool
 }
 
 // Tx is a store transaction scoped to one gated request. It is used from

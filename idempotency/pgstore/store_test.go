@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/syncd/syncd/idempotency"
 	"github.com/syncd/syncd/idempotency/idempotencytest"
@@ -278,5 +280,149 @@ func TestReserveCompletedKeyWhileTheLockIsBusy(t *testing.T) {
 		if err != nil || old == nil || old.Status != idempotency.StatusCompleted || old.ResponseStatus != http.StatusCreated {
 			t.Fatalf("Reserve %d of a completed key: %+v, %v; want the completed record", i+1, old, err)
 		}
+	}
+}
+
+// roundTrips counts what a pgx connection sends: each query and each
+// batch is one round trip.
+type roundTrips struct{ n atomic.Int64 }
+
+func (c *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// TestRoundTrips: through the gate, a fresh create with one domain
+// write costs the round trips of the same write in a plain transaction
+// (BEGIN, the write, COMMIT: three), since the gate does not read the
+// record before it reserves on pgstore (idempotency.ReadingStore) and
+// the reservation goes with BEGIN, the completion with COMMIT; a replay
+// costs two (the reservation that finds the record, and ROLLBACK).
+func TestRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(idempotencytest.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &roundTrips{}
+	cfg.ConnConfig.Tracer = rt
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := pgstore.New(ctx, pgstore.Config{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE test_effects (id BIGSERIAL PRIMARY KEY, tag TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	gate, err := idempotency.New(idempotency.Config{Store: s,
+		Actor: func(*http.Request) (string, error) { return "alice", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, ok := pgstore.TxFromContext(r.Context())
+		if !ok {
+			t.Error("no transaction")
+			return
+		}
+		if _, err := tx.Exec(r.Context(), `INSERT INTO test_effects (tag) VALUES ('rt')`); err != nil {
+			t.Error(err)
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	gated, plain := gate.Wrap(create), plainTx(s, create)
+	send := func(h http.Handler, key string) (int, int64) {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{}`))
+		req.Header.Set(idempotency.HeaderKey, key)
+		w := httptest.NewRecorder()
+		before := rt.n.Load()
+		h.ServeHTTP(w, req)
+		return w.Code, rt.n.Load() - before
+	}
+	for i, c := range []struct {
+		name string
+		h    http.Handler
+		key  string
+		want int64
+	}{
+		{"plain", plain, "", 3},
+		{"gated create", gated, "k1", 3},
+		{"gated replay", gated, "k1", 2},
+		{"plain again", plain, "", 3},
+		{"gated create again", gated, "k2", 3},
+	} {
+		if code, n := send(c.h, c.key); code != http.StatusCreated || n != c.want {
+			t.Errorf("%d %s: status %d, %d round trips; want 201, %d", i, c.name, code, n, c.want)
+		}
+	}
+}
+
+// TestLimitsOfAGatedTransaction: the transaction's lock_timeout and
+// idle_in_transaction_session_timeout (Config.LockTimeout and
+// Config.Lease), set with the reservation, hold for the handler's
+// statements, alone and in a group; and they end with the transaction.
+func TestLimitsOfAGatedTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, s := setup(t, pgstore.Config{LockTimeout: 1500 * time.Millisecond, Lease: 45 * time.Second})
+	now := time.Now()
+	check := func(name string, tx idempotency.Tx, key string) {
+		t.Helper()
+		rec := &idempotency.Record{Actor: "alice", Key: key, Operation: "op", Fingerprint: strings.Repeat("0", 64),
+			Status: idempotency.StatusProcessing, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		if old, err := tx.Reserve(ctx, rec, now); err != nil || old != nil {
+			t.Fatalf("%s: Reserve: %+v, %v", name, old, err)
+		}
+		ptx, ok := pgstore.TxFromContext(idempotency.ContextWithTx(ctx, tx))
+		if !ok {
+			t.Fatalf("%s: no transaction", name)
+		}
+		var lock, lease string
+		if err := ptx.QueryRow(ctx, "SELECT current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout')").Scan(&lock, &lease); err != nil {
+			t.Fatal(err)
+		}
+		if lock != "1500ms" || lease != "45s" {
+			t.Errorf("%s: lock_timeout %s, idle_in_transaction_session_timeout %s; want 1500ms, 45s", name, lock, lease)
+		}
+	}
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("alone", tx, "k1")
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.BeginGroup(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Rollback(ctx)
+	for i, key := range []string{"k2", "k3"} {
+		m, err := g.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("member %d", i+1), m, key)
+		if err := m.Rollback(ctx); err != nil { // the first member's savepoint goes
+			t.Fatal(err)
+		}
+	}
+	var lock string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&lock); err != nil || lock != "0" {
+		t.Fatalf("lock_timeout outside a gated transaction: %q, %v; want 0", lock, err)
 	}
 }

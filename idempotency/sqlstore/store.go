@@ -18,9 +18,12 @@
 // reservation, its transaction id, the gate's savepoint (the handler runs
 // after it, so that a final refusal after a failed statement is still
 // stored), the completion's check, the completion and COMMIT each go on
-// their own, eight against pgstore's two. It does not group a batch's
-// operations into one transaction (idempotency.GroupStore): each commits
-// on its own.
+// their own, eight against pgstore's two, after the gate's read of the
+// record (Store.Get), which pgstore does in its reservation. (sqlstore
+// could read there too, but without pipelining a replay would then cost
+// a transaction of four round trips instead of one read.) It does not
+// group a batch's operations into one transaction
+// (idempotency.GroupStore): each commits on its own.
 package sqlstore
 
 import (

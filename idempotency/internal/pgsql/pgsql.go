@@ -38,6 +38,11 @@ var Migrations = []string{
 	CREATE INDEX IF NOT EXISTS idempotency_records_expires_at ON idempotency_records (expires_at)`,
 }
 
+// LockKey is the advisory lock key of ($1 actor, $2 key). Advisory
+// locks are per database, so it hashes the schema too: stores in two
+// schemas of one database do not hold each other's keys.
+const LockKey = `hashtextextended(current_schema() || ':' || length($1)::text || ':' || $1 || $2, 0)`
+
 // Reserve claims (actor, key): it takes a transaction-scoped advisory
 // lock on the pair without waiting, and inserts the processing record
 // only if it got the lock. Every reservation takes that lock first, so a
@@ -45,16 +50,43 @@ var Migrations = []string{
 // a duplicate finds the lock taken and answers at once, instead of
 // waiting on the primary key (and holding a pooled connection) until
 // the first ends. It returns whether it got the lock and how many rows
-// it inserted (0 on a conflict with a committed record). Advisory locks
-// are per database, so the lock's key hashes the schema too: stores in
-// two schemas of one database do not hold each other's keys.
+// it inserted (0 on a conflict with a committed record). The lock's key
+// is LockKey.
 const Reserve = `WITH l AS (
-		SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':' || length($1)::text || ':' || $1 || $2, 0)) AS got),
+		SELECT pg_try_advisory_xact_lock(` + LockKey + `) AS got),
 	ins AS (INSERT INTO idempotency_records
 		(actor_id, operation_id, operation_type, request_fingerprint, status, created_at, expires_at)
 		SELECT $1, $2, $3, $4, 'processing', $5, $6 FROM l WHERE l.got
 		ON CONFLICT (actor_id, operation_id) DO NOTHING RETURNING 1)
 	SELECT (SELECT got FROM l), (SELECT count(*) FROM ins)`
+
+// ReserveRead is Reserve that also reads the record, in the same round
+// trip: it returns whether it got the lock, how many rows it inserted,
+// and the columns of SelectRecord for the record the statement's
+// snapshot sees (NULLs when there is none). When the lock is taken, or
+// the key has a committed record, that is the record to answer with,
+// without a second statement. (A record committed after the statement
+// began is not seen: the lock was got, nothing was inserted, and no
+// record came back; the caller reads again.)
+const ReserveRead = `WITH l AS (SELECT pg_try_advisory_xact_lock(` + LockKey + `) AS got)` + reserveRead
+
+// ReserveReadWithLimits is ReserveRead that first sets the transaction's
+// lock_timeout ($7) and idle_in_transaction_session_timeout ($8), as
+// SET LOCAL does: the statement that follows BEGIN, so that a
+// transaction of its own begins in one statement fewer.
+const ReserveReadWithLimits = `WITH c AS (
+		SELECT set_config('lock_timeout', $7, true) AS lock_timeout,
+			set_config('idle_in_transaction_session_timeout', $8, true) AS lease),
+	l AS (SELECT pg_try_advisory_xact_lock(` + LockKey + `) AS got FROM c)` + reserveRead
+
+const reserveRead = `,
+	ins AS (INSERT INTO idempotency_records
+		(actor_id, operation_id, operation_type, request_fingerprint, status, created_at, expires_at)
+		SELECT $1, $2, $3, $4, 'processing', $5, $6 FROM l WHERE l.got
+		ON CONFLICT (actor_id, operation_id) DO NOTHING RETURNING 1)
+	SELECT l.got, (SELECT count(*) FROM ins), r.operation_type, r.request_fingerprint, r.status, r.response_status,
+		r.response_headers, r.response_body, r.created_at, r.completed_at, r.expires_at
+	FROM l LEFT JOIN idempotency_records r ON r.actor_id = $1 AND r.operation_id = $2`
 
 // SelectRecord reads the committed record of ($1 actor, $2 key).
 const SelectRecord = `SELECT operation_type, request_fingerprint, status, response_status,

@@ -130,6 +130,13 @@ func (s *Server) dispatch(pw *panicWriter, r *http.Request, mux *http.ServeMux, 
 		s.unrouted(w, r, mux)
 		return
 	}
+	if pattern == uiLinksPattern && uiSessionFrom(r).sess.ended != nil {
+		// A page's session making sign-in links would make sessions of
+		// its own: a stolen cookie would outlive its sign-out and its 12
+		// hours, and could use up the links syncd ui needs.
+		writeError(w, http.StatusForbidden, CodeAdminRequired, r.Method+" "+r.URL.Path+" needs the admin token (syncd ui); the status page's session cannot make sign-in links")
+		return
+	}
 	if g != nil {
 		switch s.scopes[pattern] {
 		case scopeAdmin:

@@ -359,7 +359,7 @@ func (s *Server) routeTable() []route {
 		rs = append(rs, route{"GET /metrics", s.metrics, scopeAdmin})
 	}
 	if !s.uiOff {
-		rs = append(rs, route{"POST /v1/ui/links", http.HandlerFunc(s.uiLinks), scopeAdmin})
+		rs = append(rs, route{uiLinksPattern, http.HandlerFunc(s.uiLinks), scopeAdmin})
 	}
 	return rs
 }

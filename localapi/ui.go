@@ -126,6 +126,10 @@ func (s *Server) uiRoutes() *http.ServeMux {
 
 const uiLoginPattern = "GET /ui/login"
 
+// uiLinksPattern makes sign-in links: the admin token's alone, never
+// the page's (dispatch refuses it under /ui/api).
+const uiLinksPattern = "POST /v1/ui/links"
+
 // serveUI is the guard's part for /ui/: after the security headers and
 // the Host check of every request.
 func (s *Server) serveUI(w *panicWriter, r *http.Request, apiMux *http.ServeMux) {
@@ -166,6 +170,18 @@ func (s *Server) serveUI(w *panicWriter, r *http.Request, apiMux *http.ServeMux)
 	}
 	if pattern == uiLoginPattern {
 		s.uiMux.ServeHTTP(w, r)
+		return
+	}
+	// A browser says where a request comes from (Fetch Metadata): the
+	// page's own requests are same-origin. One from another site, or
+	// from another port of this host (same-site, which the cookie does
+	// not tell apart), is refused unless it is the user opening a page
+	// (a top-level navigation): a foreign page cannot load the page's
+	// files or API, not even to learn that the browser is signed in.
+	// Clients that are not browsers send no such header.
+	if site := r.Header.Get("Sec-Fetch-Site"); (site == "cross-site" || site == "same-site") &&
+		!(r.Method == http.MethodGet && r.Header.Get("Sec-Fetch-Mode") == "navigate") {
+		refuse(http.StatusForbidden, CodeForbiddenOrigin, r.Method+" "+p+": a request from another site or port (Sec-Fetch-Site: "+site+") is not the status page's own")
 		return
 	}
 	sess, id, ok := s.uiSessionOf(r)
@@ -212,19 +228,14 @@ func uiAPIRequest(r *http.Request) *http.Request {
 	return r2
 }
 
-// maxUICookies bounds the syncd_ui cookies of one request looked at.
-const maxUICookies = 4
-
-// uiSessionOf returns the live session of r's cookie. Any of the first
-// maxUICookies cookies of that name may hold it: a server on another
-// port of the same host may set cookies the page then sends (cookies
-// are not kept apart by port), and one set with a longer path would come
-// first; that must not sign the page out.
+// uiSessionOf returns the live session of r's cookie. Any syncd_ui
+// cookie of the request may hold it: a server on another port of the
+// same host may set cookies the page then sends (cookies are not kept
+// apart by port), and ones set with longer paths come first; they must
+// not sign the page out. The header's size (MaxHeaderBytes) bounds the
+// number looked at.
 func (s *Server) uiSessionOf(r *http.Request) (uiSession, string, bool) {
-	for i, c := range r.CookiesNamed(UICookieName) {
-		if i == maxUICookies {
-			break
-		}
+	for _, c := range r.CookiesNamed(UICookieName) {
 		if sess, ok := s.ui.session(c.Value); ok {
 			return sess, c.Value, true
 		}

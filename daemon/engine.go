@@ -29,6 +29,51 @@ const (
 	lifeStopped
 )
 
+// loopLife is the Start/Stop state of a background loop with one
+// goroutine (Totals, History): started once, stopped once, Stop safe
+// twice and before Start.
+type loopLife struct {
+	mu      sync.Mutex
+	state   int // lifeNew, lifeRunning, lifeStopped
+	cancel  context.CancelFunc
+	stopped chan struct{} // closed when the loop has returned (or at a Stop before Start)
+}
+
+func newLoopLife() loopLife { return loopLife{stopped: make(chan struct{})} }
+
+// start runs run on its own goroutine until stop or until ctx ends. A
+// second start is a no-op; start after stop does nothing.
+func (l *loopLife) start(ctx context.Context, run func(context.Context)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != lifeNew {
+		return
+	}
+	l.state = lifeRunning
+	ctx, l.cancel = context.WithCancel(ctx)
+	go func() { // owned: stop waits for it
+		defer close(l.stopped)
+		run(ctx)
+	}()
+}
+
+// stop ends the loop and waits for it to return.
+func (l *loopLife) stop() {
+	l.mu.Lock()
+	switch l.state {
+	case lifeNew:
+		l.state = lifeStopped
+		close(l.stopped)
+		l.mu.Unlock()
+		return
+	case lifeRunning:
+		l.state = lifeStopped
+		l.cancel()
+	}
+	l.mu.Unlock()
+	<-l.stopped
+}
+
 func (l *lifecycle) init() {
 	l.stopCh = make(chan struct{})
 	l.stopped = make(chan struct{})

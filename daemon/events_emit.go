@@ -68,9 +68,8 @@ type Totals struct {
 	last        map[queue.State]int
 	lastAccount string
 	lastShare   map[queue.State]int
-	state       int // lifeNew, lifeRunning, lifeStopped
-	cancel      context.CancelFunc
-	stopped     chan struct{}
+
+	life loopLife
 }
 
 // NewTotals returns a Totals; attach the store with SetStore.
@@ -80,7 +79,7 @@ func NewTotals(cfg TotalsConfig) *Totals {
 		now:      cfg.Now,
 		logger:   cmp.Or(cfg.Logger, slog.Default()),
 		kick:     make(chan struct{}, 1),
-		stopped:  make(chan struct{}),
+		life:     newLoopLife(),
 	}
 	if t.now == nil {
 		t.now = time.Now
@@ -172,19 +171,9 @@ func (t *Totals) RunOnce(ctx context.Context) (bool, error) {
 
 // Start runs the loop until Stop or until ctx ends. A second Start is a
 // no-op; Start after Stop does nothing.
-func (t *Totals) Start(ctx context.Context) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.state != lifeNew {
-		return
-	}
-	t.state = lifeRunning
-	ctx, t.cancel = context.WithCancel(ctx)
-	go t.loop(ctx)
-}
+func (t *Totals) Start(ctx context.Context) { t.life.start(ctx, t.loop) }
 
 func (t *Totals) loop(ctx context.Context) {
-	defer close(t.stopped)
 	timer := time.NewTimer(t.interval)
 	timer.Stop()
 	defer timer.Stop()
@@ -209,18 +198,4 @@ func (t *Totals) loop(ctx context.Context) {
 }
 
 // Stop ends the loop and waits for it. Safe twice and before Start.
-func (t *Totals) Stop() {
-	t.mu.Lock()
-	switch t.state {
-	case lifeNew:
-		t.state = lifeStopped
-		close(t.stopped)
-		t.mu.Unlock()
-		return
-	case lifeRunning:
-		t.state = lifeStopped
-		t.cancel()
-	}
-	t.mu.Unlock()
-	<-t.stopped
-}
+func (t *Totals) Stop() { t.life.stop() }

@@ -77,9 +77,8 @@ type History struct {
 	store   HistoryStore
 	sent    int      // operations done since the last sample
 	samples []Sample // oldest first, at most keep
-	state   int      // lifeNew, lifeRunning, lifeStopped
-	cancel  context.CancelFunc
-	stopped chan struct{}
+
+	life loopLife
 }
 
 // NewHistory returns a History; attach the queue with SetStore.
@@ -93,7 +92,7 @@ func NewHistory(cfg HistoryConfig) (*History, error) {
 		now:      cfg.Now,
 		ticks:    cfg.Ticks,
 		logger:   cmp.Or(cfg.Logger, slog.Default()),
-		stopped:  make(chan struct{}),
+		life:     newLoopLife(),
 	}
 	if h.now == nil {
 		h.now = time.Now
@@ -169,27 +168,18 @@ func (h *History) Samples() []Sample {
 // Start runs the sampling loop until Stop or until ctx ends. A second
 // Start is a no-op; Start after Stop does nothing.
 func (h *History) Start(ctx context.Context) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.state != lifeNew {
-		return
-	}
-	h.state = lifeRunning
-	ctx, h.cancel = context.WithCancel(ctx)
 	ticks := h.ticks
-	var ticker *time.Ticker
-	if ticks == nil {
-		ticker = time.NewTicker(h.interval)
-		ticks = ticker.C
-	}
-	go h.loop(ctx, ticks, ticker)
+	h.life.start(ctx, func(ctx context.Context) {
+		if ticks == nil {
+			ticker := time.NewTicker(h.interval)
+			defer ticker.Stop()
+			ticks = ticker.C
+		}
+		h.loop(ctx, ticks)
+	})
 }
 
-func (h *History) loop(ctx context.Context, ticks <-chan time.Time, ticker *time.Ticker) {
-	defer close(h.stopped)
-	if ticker != nil {
-		defer ticker.Stop()
-	}
+func (h *History) loop(ctx context.Context, ticks <-chan time.Time) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -203,18 +193,4 @@ func (h *History) loop(ctx context.Context, ticks <-chan time.Time, ticker *time
 }
 
 // Stop ends the loop and waits for it. Safe twice and before Start.
-func (h *History) Stop() {
-	h.mu.Lock()
-	switch h.state {
-	case lifeNew:
-		h.state = lifeStopped
-		close(h.stopped)
-		h.mu.Unlock()
-		return
-	case lifeRunning:
-		h.state = lifeStopped
-		h.cancel()
-	}
-	h.mu.Unlock()
-	<-h.stopped
-}
+func (h *History) Stop() { h.life.stop() }

@@ -151,9 +151,9 @@ func TestHistoryLoop(t *testing.T) {
 		t.Errorf("%d samples after 4 ticks, one read failing; want 3", n)
 	}
 	h.Start(context.Background()) // after Stop: nothing runs
-	h.mu.Lock()
-	state := h.state
-	h.mu.Unlock()
+	h.life.mu.Lock()
+	state := h.life.state
+	h.life.mu.Unlock()
 	if state != lifeStopped {
 		t.Error("Start after Stop started the loop")
 	}

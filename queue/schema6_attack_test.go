@@ -121,3 +121,65 @@ func TestSchema6AttackUpgradeRefusesMissingEntity(t *testing.T) {
 		t.Logf("refused: %v", err)
 	}
 }
+
+// Readers of the change log while writes land and the sweep cuts groups:
+// every answer is a run of consecutive seqs that starts right after since
+// whenever since is not older than the oldest kept event.
+func TestSchema6AttackReadersDuringSweep(t *testing.T) {
+	ctx := context.Background()
+	s, _ := setup(t, Config{NoSync: true, EventHistory: 25})
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	for r := range 2 {
+		go func() {
+			var since uint64
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				got, oldest, err := s.Events(since, 0)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for i, e := range got {
+					if e.Seq <= since || i > 0 && e.Seq != got[i-1].Seq+1 {
+						errs <- fmt.Errorf("reader %d: Events(%d): seq %d at %d", r, since, e.Seq, i)
+						return
+					}
+				}
+				if len(got) > 0 && oldest <= since+1 && got[0].Seq != since+1 {
+					errs <- fmt.Errorf("reader %d: Events(%d) oldest %d starts at %d", r, since, oldest, got[0].Seq)
+					return
+				}
+				if len(got) > 0 {
+					since = got[len(got)/2].Seq // land mid-group next time
+				}
+			}
+		}()
+	}
+	for i := range 60 {
+		ws := make([]Write, 1+i%9)
+		for j := range ws {
+			ws[j] = Write{Op: OpCreate, AccountID: "acct", EntityType: "note", EntityID: fmt.Sprintf("e%d-%d", i, j), Data: json.RawMessage(`{"a":1}`)}
+		}
+		if _, err := s.ApplyBatch(ctx, ws, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, oldest, err := s.Events(0, 1); err != nil || oldest <= 1 {
+		t.Fatalf("the sweep cut nothing: oldest %d (%v)", oldest, err)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/syncd/syncd/daemon"
+	"github.com/syncd/syncd/internal/clocktest"
 	"github.com/syncd/syncd/localapi"
 	"github.com/syncd/syncd/localapi/localapitest"
 )
@@ -33,24 +34,6 @@ import (
 // written to a TCP connection where a Go client would tidy the request)
 // and, where a browser's rules matter, headless Chromium visiting a
 // foreign page served on another loopback port.
-
-// atkClock is the injected clock of the page's codes and sessions.
-type atkClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *atkClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *atkClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // atkLog collects the daemon's log lines.
 type atkLog struct {
@@ -73,7 +56,7 @@ func (l *atkLog) String() string {
 type atk struct {
 	t     *testing.T
 	env   *localapitest.Env
-	clock *atkClock
+	clock *clocktest.Clock
 	log   *atkLog
 	// seen collects every answer's headers and body, to look for secrets.
 	seenMu sync.Mutex
@@ -82,7 +65,7 @@ type atk struct {
 
 func startAtk(t *testing.T, o localapitest.Options) *atk {
 	t.Helper()
-	a := &atk{t: t, clock: &atkClock{now: time.Now()}, log: &atkLog{}}
+	a := &atk{t: t, clock: clocktest.At(time.Now()), log: &atkLog{}}
 	o.Config.Now = a.clock.Now
 	o.Config.Logger = slog.New(slog.NewTextHandler(a.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if o.Account == "" {
@@ -367,14 +350,14 @@ func TestUIAttackSessionMintsLinks(t *testing.T) {
 	// Renew before each expiry: alive 36 h after the only real sign-in.
 	cur := stolen
 	for range 3 {
-		a.clock.Add(localapi.UISessionLifetime - time.Minute)
+		a.clock.Advance(localapi.UISessionLifetime - time.Minute)
 		r := a.do("POST", "/ui/api/v1/ui/links", a.page(cur, a.csrf(cur)), "")
 		if r.status != http.StatusCreated {
 			t.Fatalf("renewing: %s", r)
 		}
 		cur = a.redeem(codeOf(t, r))
 	}
-	a.clock.Add(2 * time.Minute)
+	a.clock.Advance(2 * time.Minute)
 	if a.alive(cur) {
 		t.Errorf("a session derived from one signed out %v ago is still live: the 12 h lifetime and the sign-out do not bound a stolen cookie", 3*(localapi.UISessionLifetime-time.Minute)+2*time.Minute)
 	}
@@ -385,7 +368,7 @@ func TestUIAttackSessionMintsLinks(t *testing.T) {
 func TestUIAttackSessionLocksOutSyncdUI(t *testing.T) {
 	a := startAtk(t, localapitest.Options{})
 	user := a.signIn()
-	a.clock.Add(time.Second) // the user's session expires first
+	a.clock.Advance(time.Second) // the user's session expires first
 	thief := a.signIn()
 	tcsrf := a.csrf(thief)
 	var codes []string
@@ -758,7 +741,7 @@ func TestUIAttackEventStream(t *testing.T) {
 	}
 	defer c.Close()
 	for range localapi.MaxUISessions {
-		a.clock.Add(time.Second) // later expiries: this one is the first to go
+		a.clock.Advance(time.Second) // later expiries: this one is the first to go
 		a.signIn()
 	}
 	if ce := readClose(t, c, 30*time.Second); ce.Code != localapi.CloseRevoked || !strings.HasPrefix(ce.Text, "session_ended") {

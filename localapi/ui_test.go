@@ -8,46 +8,24 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/syncd/syncd/daemon"
+	"github.com/syncd/syncd/internal/clocktest"
 	"github.com/syncd/syncd/queue"
 )
-
-// testClock is an injected clock the test moves.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newTestClock() *testClock {
-	return &testClock{now: time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC)}
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // uiEnv is an env with the status page and an injected clock.
 type uiEnv struct {
 	*env
-	clock *testClock
+	clock *clocktest.Clock
 }
 
 func setupUI(t *testing.T, o envOptions) *uiEnv {
 	t.Helper()
-	clock := newTestClock()
+	clock := clocktest.New()
 	o.cfg.Now = clock.Now
 	if o.account == "" {
 		o.account = "acct-ui"
@@ -399,11 +377,11 @@ func TestUIWithoutSession(t *testing.T) {
 	if r := e.ui(uiReq{path: "/ui/api/v1/status", session: live}); r.status != http.StatusOK {
 		t.Fatalf("live session: %d %s", r.status, r.raw)
 	}
-	e.clock.Add(UISessionLifetime - time.Second)
+	e.clock.Advance(UISessionLifetime - time.Second)
 	if r := e.ui(uiReq{path: "/ui/api/v1/status", session: live}); r.status != http.StatusOK {
 		t.Fatalf("a second before expiry: %d %s", r.status, r.raw)
 	}
-	e.clock.Add(time.Second)
+	e.clock.Advance(time.Second)
 	for _, p := range paths {
 		if r := e.ui(uiReq{path: p, session: live}); r.status != http.StatusUnauthorized {
 			t.Errorf("expired session: GET %s: %d", p, r.status)
@@ -442,11 +420,11 @@ func TestUILoginRefusals(t *testing.T) {
 	refused("replayed code", "?code="+code)
 
 	code = e.link()
-	e.clock.Add(UILinkLifetime)
+	e.clock.Advance(UILinkLifetime)
 	refused("expired code", "?code="+code)
 
 	code = e.link()
-	e.clock.Add(UILinkLifetime - time.Second)
+	e.clock.Advance(UILinkLifetime - time.Second)
 	if r := e.ui(uiReq{path: "/ui/login?code=" + code}); r.status != http.StatusSeeOther {
 		t.Errorf("a second before expiry: %d", r.status)
 	}
@@ -455,9 +433,9 @@ func TestUILoginRefusals(t *testing.T) {
 	refused("the admin token as code", "?code="+testToken)
 	// An expired code is used up by the try: it does not come back.
 	code = e.link()
-	e.clock.Add(time.Hour)
+	e.clock.Advance(time.Hour)
 	refused("expired code", "?code="+code)
-	e.clock.Add(-time.Hour)
+	e.clock.Advance(-time.Hour)
 	refused("expired code, clock back", "?code="+code)
 }
 
@@ -640,7 +618,7 @@ func TestUIEventsWebSocket(t *testing.T) {
 	// A stream opened a millisecond before its session expires closes
 	// when it does.
 	sess2 := e.signIn()
-	e.clock.Add(UISessionLifetime - time.Millisecond)
+	e.clock.Advance(UISessionLifetime - time.Millisecond)
 	c2, _, err := dial(http.Header{"Origin": {e.origin()}, "Cookie": {UICookieName + "=" + sess2}})
 	if err != nil {
 		t.Fatal(err)
@@ -699,7 +677,7 @@ func TestUILinkLimit(t *testing.T) {
 	e.link()
 	e.must(http.StatusTooManyRequests, req{method: "POST", path: "/v1/ui/links"})
 	// Expiry frees them all.
-	e.clock.Add(UILinkLifetime)
+	e.clock.Advance(UILinkLifetime)
 	for range MaxUILinks {
 		e.link()
 	}
@@ -722,7 +700,7 @@ func TestUISessionLimit(t *testing.T) {
 	sessions := make([]string, MaxUISessions)
 	for i := range sessions {
 		sessions[i] = e.signIn()
-		e.clock.Add(time.Second) // distinct expiries
+		e.clock.Advance(time.Second) // distinct expiries
 	}
 	newest := e.signIn()
 	if r := e.ui(uiReq{path: "/ui/session", session: sessions[0]}); r.status != http.StatusUnauthorized {
@@ -781,7 +759,7 @@ func TestUILinkAddr(t *testing.T) {
 // page's) only; 404 without a history.
 func TestStatusHistoryRoute(t *testing.T) {
 	t.Parallel()
-	h, err := daemon.NewHistory(daemon.HistoryConfig{Now: newTestClock().Now})
+	h, err := daemon.NewHistory(daemon.HistoryConfig{Now: clocktest.New().Now})
 	if err != nil {
 		t.Fatal(err)
 	}

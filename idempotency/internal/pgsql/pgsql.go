@@ -14,9 +14,11 @@ const CreateSchemaTable = `CREATE TABLE IF NOT EXISTS idempotency_schema (versio
 // Migrations are applied in order; the index+1 of the last applied one
 // is stored in idempotency_schema. Append, never edit.
 //
-// Every request inserts a row and updates it in the same transaction:
-// fillfactor 90 leaves room on the page for that update to be HOT (no
-// index writes). The response headers are stored as JSON text in BYTEA,
+// Every request inserts a row and updates it in the same transaction.
+// fillfactor 90 leaves room on the page for that update, but it is not
+// HOT today: the completion sets expires_at, which the sweep's index
+// covers, so it writes index entries (docs/server.md: a HOT completion
+// needs a sweep key fixed at reservation). The response headers are stored as JSON text in BYTEA,
 // which needs no parsing on write. (A BRIN index on expires_at would be
 // cheaper to write, but loses its order once vacuum lets new rows reuse
 // the space of swept ones.)

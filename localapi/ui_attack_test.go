@@ -1012,7 +1012,7 @@ func atkBrowser(t *testing.T) *page {
 	t.Helper()
 	bin, ok := chromium()
 	if !ok {
-		t.Fatal("Chromium not found (/usr/bin/chromium)")
+		noChromium(t)
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,

@@ -772,7 +772,7 @@ func TestStatusHistoryRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = e.must(http.StatusOK, req{method: "GET", path: "/v1/status/history"})
-	jsonEq(t, r.body, `{"interval_seconds":10,"samples":[{"at":"2026-12-05T08:00:00Z","queued":1,"pending":1,"failed":0,"sent":0}]}`)
+	jsonEq(t, r.body, `{"interval_seconds":10,"samples":[{"at":"`+clocktest.Start.Format(time.RFC3339)+`","queued":1,"pending":1,"failed":0,"sent":0}]}`)
 	sess := e.signIn()
 	if p := e.ui(uiReq{path: "/ui/api/v1/status/history", session: sess}); p.status != http.StatusOK || !strings.Contains(p.raw, `"queued":1`) {
 		t.Errorf("through the page: %d %s", p.status, p.raw)

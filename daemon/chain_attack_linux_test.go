@@ -55,7 +55,7 @@ func TestAttackChainDiskFullAtFollower(t *testing.T) {
 			var free func()
 			select {
 			case free = <-full:
-			case <-time.After(10 * time.Second):
+			case <-time.After(time.Minute): // a deadline, not a wait: -race on a loaded machine is slow
 				t.Fatal("the disk never filled")
 			}
 			time.Sleep(300 * time.Millisecond)

@@ -37,9 +37,11 @@ export interface SubscribeOptions<F extends EventFilter = EventFilter, K extends
   account?: string;
   onEvent?: (e: EventOf<F>) => void;
   /**
-   * Called when the stream ends for good because its app token was
-   * revoked (a SyncdError with code token_revoked); the iterator then
-   * throws it. Nothing reconnects after that.
+   * Called when the stream ends for good: its app token was revoked (a
+   * SyncdError with code token_revoked), or the daemon refuses it (an
+   * unknown or removed token, a type not granted: the SyncdError of that
+   * answer, 401 or 403). The iterator then throws it. Nothing reconnects
+   * after that; a daemon that is down or restarting is not a refusal.
    */
   onError?: (err: SyncdError) => void;
   /** Called each time the stream is (re)connected. */
@@ -62,6 +64,13 @@ export interface Dialer {
   WS: WebSocketConstructor;
   /** Send the token in the subprotocol (else an Authorization header, the ws package's third argument). */
   tokenInSubprotocol: boolean;
+  /**
+   * Asks the daemon over plain HTTP why a handshake failed (a WebSocket
+   * cannot see the status of a refused handshake): the refusal to end
+   * the stream with, or undefined when another try may succeed (the
+   * daemon is down, restarting, or busy).
+   */
+  whyRefused?: (url: string) => Promise<SyncdError | undefined>;
 }
 
 /** A live event stream; see SyncdClient.subscribe. */
@@ -105,7 +114,9 @@ export class Subscription<E extends SyncEvent = SyncEvent> implements AsyncItera
       ws = new WSWithOptions(url, protocols, { headers: { Authorization: "Bearer " + this.dialer.token } });
     }
     this.ws = ws;
+    let opened = false;
     ws.onopen = () => {
+      opened = true;
       this.delay = this.opts.minDelayMs ?? 100;
       this.opts.onOpen?.();
     };
@@ -132,10 +143,29 @@ export class Subscription<E extends SyncEvent = SyncEvent> implements AsyncItera
         this.fail(new SyncdError(401, "token_revoked", ev.reason || "this app's token was revoked"));
         return;
       }
-      this.opts.onDisconnect?.();
-      this.timer = setTimeout(() => this.connect(), this.delay);
-      this.delay = Math.min(this.delay * 2, this.opts.maxDelayMs ?? 5000);
+      if (!opened && this.dialer.whyRefused) {
+        // The handshake failed: a refusal (a wrong or removed token, a
+        // type not granted) would fail the same way forever, so ask.
+        void this.dialer.whyRefused(url).then(
+          (err) => this.afterFailedOpen(err),
+          () => this.afterFailedOpen(undefined),
+        );
+        return;
+      }
+      this.reconnectLater();
     };
+  }
+
+  private afterFailedOpen(refusal: SyncdError | undefined): void {
+    if (this.closed) return;
+    if (refusal) this.fail(refusal);
+    else this.reconnectLater();
+  }
+
+  private reconnectLater(): void {
+    this.opts.onDisconnect?.();
+    this.timer = setTimeout(() => this.connect(), this.delay);
+    this.delay = Math.min(this.delay * 2, this.opts.maxDelayMs ?? 5000);
   }
 
   private deliver(e: E): void {

@@ -324,7 +324,29 @@ export class SyncdClient<S extends Schema = AnySchema> {
     if (!this.WS) {
       throw new TypeError("syncd: no WebSocket in this runtime; pass one as WebSocket (on Node 20: the ws package's, or use connect() from @syncd/client/node)");
     }
-    return { wsBase: this.baseURL.replace(/^http/, "ws"), token: this.token, WS: this.WS, tokenInSubprotocol: this.tokenInSubprotocol };
+    return {
+      wsBase: this.baseURL.replace(/^http/, "ws"),
+      token: this.token,
+      WS: this.WS,
+      tokenInSubprotocol: this.tokenInSubprotocol,
+      whyRefused: (url) => this.whyRefused(url),
+    };
+  }
+
+  /**
+   * The same GET as a failed handshake, without the upgrade: the daemon
+   * checks the token and the filter first, and answers 426 when all that
+   * passes. A 4xx other than that (and 429) is a refusal that no retry
+   * changes; anything else, or no answer, is not.
+   */
+  private async whyRefused(wsURL: string): Promise<SyncdError | undefined> {
+    const res = await this.fetchFn(wsURL.replace(/^ws/, "http"), {
+      method: "GET",
+      headers: { Authorization: "Bearer " + this.token, Accept: "application/json" },
+    });
+    const text = await res.text();
+    if (res.status >= 400 && res.status < 500 && res.status !== 426 && res.status !== 429) return toError(res.status, text);
+    return undefined;
   }
 
   // ---- transport ----

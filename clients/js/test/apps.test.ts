@@ -57,4 +57,47 @@ describe("app tokens against a real daemon", () => {
     await assert.rejects(app.get("note", "n1"), (err: unknown) => err instanceof SyncdError && err.code === "unauthorized");
     sub.close();
   });
+
+  it("ends a stream the daemon refuses with the refusal, and does not reconnect", async () => {
+    // Count the sockets a stream opens: a refused handshake used to be
+    // tried again every few seconds for as long as the app ran.
+    let sockets = 0;
+    class Counting extends WebSocket {
+      constructor(url: string, protocols?: string | string[], opts?: WebSocket.ClientOptions) {
+        super(url, protocols, opts);
+        sockets++;
+      }
+    }
+    const refusedWith = async (client: SyncdClient, opts: { entityType?: string }, code: string) => {
+      sockets = 0;
+      let disconnects = 0;
+      const errors: SyncdError[] = [];
+      const sub = client.subscribe({ ...opts, onDisconnect: () => disconnects++, onError: (err) => errors.push(err) });
+      await assert.rejects(sub[Symbol.asyncIterator]().next(), (err: unknown) => err instanceof SyncdError && err.code === code);
+      assert.deepEqual(errors.map((e) => e.code), [code]);
+      assert.equal(disconnects, 0, "a refusal is not a disconnect");
+      assert.equal(sockets, 1, "one handshake, no reconnect");
+      sub.close();
+    };
+    const stranger = new SyncdClient({ addr: d.addr, token: "syncd_app_" + "0".repeat(64), WebSocket: Counting });
+    await refusedWith(stranger, {}, "unauthorized");
+    const made = await admin.addApp("tasks", ["task"]);
+    const app = new SyncdClient({ addr: d.addr, token: made.token!, WebSocket: Counting });
+    await refusedWith(app, { entityType: "note" }, "type_not_granted");
+
+    // The status watch shows the refusal, not "unreachable".
+    const changes: string[] = [];
+    let w: ReturnType<SyncdClient["watchStatus"]> | undefined;
+    await new Promise<void>((resolve) => {
+      w = stranger.watchStatus({
+        onChange: (s) => {
+          changes.push(s.state ?? (s.error instanceof SyncdError ? s.error.code : "?"));
+          if (s.error instanceof SyncdError && s.error.code === "unauthorized") resolve();
+        },
+      });
+    });
+    w?.close();
+    assert.ok(!changes.includes("unreachable"), `status states: ${changes.join(", ")}`);
+    await admin.removeApp("tasks");
+  });
 });

@@ -71,6 +71,21 @@ type Page struct {
 	Changes []Change `json:"changes"`
 	Cursor  string   `json:"cursor"`
 	HasMore bool     `json:"hasMore"`
+	// Progress is how far the page's cursor is through the actor's
+	// feed; absent from servers that do not say. A client reads it as
+	// a progress bar's fraction, nothing more.
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress is where a page ends in the actor's sequence of positions: At
+// (the cursor's position) of Of (the actor's head when the page was
+// read). At/Of is the share read; it counts positions, not records (a
+// record changed ten times holds one place in the feed and ten
+// positions), so it is an estimate that reaches 1 at the last page, and
+// Of grows while the actor writes.
+type Progress struct {
+	At int64 `json:"at"`
+	Of int64 `json:"of"`
 }
 
 // ErrCursorExpired may be returned by a Source that knows a read cannot
@@ -363,7 +378,9 @@ func Handler(cfg Config) http.Handler {
 				return
 			}
 			if len(read.Changes) > 0 || deadline == nil {
-				page := Page{Changes: read.Changes, Cursor: EncodeCursor(after.next(read)), HasMore: read.More}
+				next := after.next(read)
+				page := Page{Changes: read.Changes, Cursor: EncodeCursor(next), HasMore: read.More,
+					Progress: &Progress{At: min(next.Pos, read.Head), Of: read.Head}}
 				if page.Changes == nil {
 					page.Changes = []Change{}
 				}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -62,15 +63,26 @@ func TestHandler(t *testing.T) {
 	n := &Notifier{}
 	h := Handler(Config{Source: src, Notifier: n, Actor: func(*http.Request) (string, error) { return "alice", nil }})
 	code, p, _ := get(t, h, "limit=2")
-	if code != 200 || len(p.Changes) != 2 || p.Cursor != "2.3" || !p.HasMore {
+	if code != 200 || len(p.Changes) != 2 || p.Cursor != "2.3" || !p.HasMore || *p.Progress != (Progress{2, 3}) {
 		t.Fatalf("first page: %d %+v", code, p)
 	}
-	if _, p, _ = get(t, h, "after=2.3"); len(p.Changes) != 1 || p.Cursor != "3" || p.HasMore {
+	if _, p, _ = get(t, h, "after=2.3"); len(p.Changes) != 1 || p.Cursor != "3" || p.HasMore || *p.Progress != (Progress{3, 3}) {
 		t.Fatalf("second page: %+v", p)
 	}
-	if _, p, body := get(t, h, "after=3"); len(p.Changes) != 0 || p.Cursor != "3" || body == "" {
+	if _, p, body := get(t, h, "after=3"); len(p.Changes) != 0 || p.Cursor != "3" || body == "" || *p.Progress != (Progress{3, 3}) {
 		t.Fatalf("an empty page at the head: %s", body)
 	}
+	// The progress of an actor that never wrote, and of a page that
+	// ends at a tombstone's swept position above the last record.
+	empty := Handler(Config{Source: &memSource{}, Actor: func(*http.Request) (string, error) { return "bob", nil }})
+	if _, _, body := get(t, empty, ""); !strings.Contains(body, `"progress":{"at":0,"of":0}`) {
+		t.Errorf("an actor with no writes: %s", body)
+	}
+	src.head = 5
+	if _, p, body := get(t, h, "after=3"); p.Cursor != "5" || *p.Progress != (Progress{5, 5}) {
+		t.Errorf("a read to a head above the last record: %s", body)
+	}
+	src.head = 0
 	for _, tt := range []struct {
 		q    string
 		code int

@@ -73,6 +73,14 @@ type PullStatus struct {
 	// BootstrapReceived counts the records read so far by the full pass
 	// under way (state bootstrapping).
 	BootstrapReceived int64 `json:"bootstrapReceived,omitempty"`
+	// BootstrapProgress is the share of the server's feed that pass has
+	// read, 0 to 1, when the server's pages say (their progress); absent
+	// otherwise. It counts the feed's positions, not records: an
+	// estimate for a progress bar.
+	BootstrapProgress float64 `json:"bootstrapProgress,omitempty"`
+	// LastReadAt is when the server's feed last answered (an empty long
+	// poll too): how far behind the server this device may be.
+	LastReadAt time.Time `json:"lastReadAt,omitzero"`
 	// LastError is why the last read failed (state error).
 	LastError string `json:"lastError,omitempty"`
 }
@@ -86,6 +94,10 @@ type pullState struct {
 	// lastRead is when the feed was last read without an error (an
 	// empty long poll too): offline_pull_lag_seconds.
 	lastRead time.Time
+	// progress is where the last page applied ended in its account's
+	// feed, as the server said (changefeed.Progress); of is 0 when it
+	// did not say.
+	progress pullProgress
 	// oneAtATime turns fetch-ahead off (set before Start): each page is
 	// read after the one before it is applied. For tests and benchmarks.
 	oneAtATime bool
@@ -105,11 +117,30 @@ func (d *Daemon) kickPull() {
 	}
 }
 
+// pullProgress is a page's place in its account's feed.
+type pullProgress struct {
+	account string
+	at, of  int64
+}
+
+// setProgress keeps where the page just applied for account ended; a
+// page without progress, or with a nonsensical one, clears it.
+func (p *pullState) setProgress(account string, pr *transport.Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pr == nil || pr.Of <= 0 || pr.At < 0 || pr.At > pr.Of {
+		p.progress = pullProgress{}
+		return
+	}
+	p.progress = pullProgress{account: account, at: pr.At, of: pr.Of}
+}
+
 // pullStatus reports the pull for Status.
 func (d *Daemon) pullStatus(account string) PullStatus {
 	ps := PullStatus{Mode: d.pullMode}
 	d.pull.mu.Lock()
-	ps.State, ps.LastError = d.pull.state, d.pull.lastErr
+	ps.State, ps.LastError, ps.LastReadAt = d.pull.state, d.pull.lastErr, d.pull.lastRead
+	progress := d.pull.progress
 	d.pull.mu.Unlock()
 	if ps.State == "" {
 		ps.State = PullStateOff
@@ -122,6 +153,9 @@ func (d *Daemon) pullStatus(account string) PullStatus {
 			ps.LastPullAt, ps.Received = st.LastPullAt, st.Received
 			if st.FullPass {
 				ps.BootstrapReceived = st.Seen
+				if progress.account == account && progress.of > 0 {
+					ps.BootstrapProgress = float64(progress.at) / float64(progress.of)
+				}
 			}
 		}
 	}
@@ -254,6 +288,7 @@ func (d *Daemon) runPuller(soft context.Context) {
 			} else {
 				d.logger.Info("daemon: the server no longer keeps what the pull cursor needs; reading everything again", "account", s.account)
 			}
+			d.pull.setProgress(s.account, nil)
 			if err := d.store.RestartPull(context.Background(), s.account); err != nil {
 				d.logger.Error("daemon: pull: restarting the pull failed", "err", err)
 				if !d.pullBackoff(soft, &failures, err) {
@@ -306,6 +341,9 @@ func (d *Daemon) runPuller(soft context.Context) {
 		// may purge the account) never runs while a page lands, and a
 		// page read under a session that ended is dropped.
 		var res queue.PageResult
+		// Where the page ends, kept before it lands: a status that shows
+		// the page's records also shows its progress.
+		d.pull.setProgress(s.account, page.Progress)
 		err = d.AccountWrite(func(account string) error {
 			if account != s.account || !d.current(s) {
 				return errStalePage
@@ -314,6 +352,9 @@ func (d *Daemon) runPuller(soft context.Context) {
 			res, err = d.store.ApplyChanges(context.Background(), s.account, st.Cursor, changes, page.Cursor, !page.HasMore)
 			return err
 		})
+		if err != nil {
+			d.pull.setProgress(s.account, nil)
+		}
 		if errors.Is(err, errStalePage) || errors.Is(err, ErrNoSession) {
 			dropAhead()
 			continue

@@ -57,6 +57,11 @@ type uiStackOptions struct {
 	// noSend leaves the daemon's workers stopped: what apps write stays
 	// queued, as when the remote is unreachable.
 	noSend bool
+	// bootstrap, when set, puts that many notes of alice's on the remote
+	// before she signs in and turns the pull on; the remote answers the
+	// first page of her read and holds every later one until the test
+	// ends, so the page sees the bootstrap under way.
+	bootstrap int
 }
 
 func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
@@ -102,11 +107,31 @@ func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(rs.Handler())
+	held := make(chan struct{})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o.bootstrap > 0 && r.URL.Path == "/v1/changes" && r.URL.Query().Get("after") != "" {
+			select {
+			case <-held:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		rs.Handler().ServeHTTP(w, r)
+	}))
 	t.Cleanup(func() {
 		hs.Close()
 		rs.Close()
 	})
+	t.Cleanup(func() { close(held) }) // first: the held reads end before the server closes
+	for from := 0; from < o.bootstrap; from += 100 {
+		ops := make([]string, 0, 100)
+		for i := from; i < min(from+100, o.bootstrap); i++ {
+			ops = append(ops, fmt.Sprintf(`{"idempotencyKey":"seed-%d","method":"POST","path":"/v1/note","body":{"clientId":"r%04d","data":{"title":"from the server %d"}}}`, i, i, i))
+		}
+		if st, out := callJSON(t, "POST", hs.URL+"/v1/batch", "Bearer alice.b", `{"operations":[`+strings.Join(ops, ",")+`]}`); st != http.StatusOK {
+			t.Fatalf("seeding the remote: %d %v", st, out)
+		}
+	}
 	tc, err := transport.New(transport.Config{BaseURL: hs.URL})
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +139,11 @@ func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
 	t.Cleanup(tc.CloseIdleConnections)
 	// Pull off: the conflicts below are made by another device's write
 	// that this one must not have pulled before its own goes out.
-	d, err := daemon.New(daemon.Config{Store: store, Logger: logger, Transport: tc, Pull: daemon.PullOff})
+	pull := daemon.PullOff
+	if o.bootstrap > 0 {
+		pull = daemon.PullOn
+	}
+	d, err := daemon.New(daemon.Config{Store: store, Logger: logger, Transport: tc, Pull: pull})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1047,5 +1076,28 @@ func TestUISessionEndsUnderThePage(t *testing.T) {
 	}
 	if txt := p.bodyText(); strings.Contains(txt, "queued") || !strings.Contains(txt, "syncd ui") {
 		t.Errorf("after the session ended the page reads %q", txt)
+	}
+}
+
+// A new device reading everything from the server: the page shows the
+// bootstrap with the records read so far and the share of the server's
+// feed (its pages' progress), and when the server was last heard from.
+// The remote holds every page after the first, so the view stays.
+func TestUIBootstrapProgress(t *testing.T) {
+	s := startUIStack(t, uiStackOptions{bootstrap: 1500})
+	p := openBrowser(t)
+	p.signIn(s, "")
+	p.wait("the bootstrap's first page", `!document.getElementById("bootstrap").hidden && document.getElementById("bootstrap-count").textContent === "500"`)
+	if got := p.text("#bootstrap-share"); got != ", about 33%" {
+		t.Errorf("the share shown: %q, want \", about 33%%\"", got)
+	}
+	if v := evalOn[float64](p, `document.getElementById("bootstrap-progress").value`); v < 0.333 || v > 0.334 {
+		t.Errorf("the progress bar's value: %v, want 1/3", v)
+	}
+	if got := p.text("#pull-heard"); !strings.HasSuffix(got, " ago") {
+		t.Errorf("last heard from the server: %q, want a time ago", got)
+	}
+	if got := p.text("#pull-state"); got != "Reading everything (first sync) (pull on)" {
+		t.Errorf("pull state: %q", got)
 	}
 }

@@ -19,7 +19,7 @@
 //	GET    /v1/{type}/{id}                                    200 the entity, 404 not_found
 //	GET    /v1/{type}/{id}/versions                           200 {"items":[{version, data, deleted, operationId, updatedAt}]}: the kept versions, newest first
 //	GET    /v1/{type}?clientId=X                              200 {"items":[...]}: the single-record read, zero or one
-//	GET    /v1/changes?after=&limit=&wait=                    200 {"changes":[...],"cursor","hasMore"}; 410 cursor_expired
+//	GET    /v1/changes?after=&limit=&wait=                    200 {"changes":[...],"cursor","hasMore","progress":{"at","of"}}; 410 cursor_expired
 //	POST   /v1/batch        {operations:[...]}               200 {"results":[...]}: each operation through the gate on its own, all committed together
 //	GET    /v1/capabilities                                   200 {"changes":true, "batch":{...}, "conflicts":{"default","types"}, "versions":true}
 //	GET    /metrics                                           Prometheus text, no token needed

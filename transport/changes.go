@@ -47,6 +47,7 @@ var (
 type (
 	Change      = changefeed.Change
 	ChangesPage = changefeed.Page
+	Progress    = changefeed.Progress
 )
 
 // Changes reads one page of the feed after cursor (empty: from the

@@ -67,9 +67,14 @@ func TestBootstrapSurvivesSIGKILL(t *testing.T) {
 	if code, _ := p.call(t, "PUT", "/v1/session", `{"accountId":"alice","accessToken":"alice.B"}`); code != 200 {
 		t.Fatalf("session: %d", code)
 	}
-	waitStatus(t, p, "the first page applied", func(pull map[string]any) bool {
+	pull := waitStatus(t, p, "the first page applied", func(pull map[string]any) bool {
 		return pull["state"] == "bootstrapping" && pull["bootstrapReceived"] == float64(500)
 	})
+	// The server's pages say where they end: the first of three, by the
+	// feed's positions (one per create here).
+	if pull["bootstrapProgress"] != 500.0/1500 || pull["lastReadAt"] == nil {
+		t.Errorf("pull status during the bootstrap: %v; want bootstrapProgress %v and lastReadAt", pull, 500.0/1500)
+	}
 	p.cmd.Process.Kill()
 	p.cmd.Wait()
 	close(hold)
@@ -120,15 +125,16 @@ func TestBootstrapSurvivesSIGKILL(t *testing.T) {
 	p.stop(t)
 }
 
-// waitStatus polls GET /v1/status until the pull matches.
-func waitStatus(t *testing.T, p *daemonProc, what string, cond func(pull map[string]any) bool) {
+// waitStatus polls the daemon's status until cond holds of its pull, and
+// returns that pull.
+func waitStatus(t *testing.T, p *daemonProc, what string, cond func(pull map[string]any) bool) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		_, st := p.call(t, "GET", "/v1/status", "")
 		pull, _ := st["pull"].(map[string]any)
 		if pull != nil && cond(pull) {
-			return
+			return pull
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("waiting for %s: pull %v", what, pull)

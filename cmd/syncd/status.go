@@ -143,6 +143,9 @@ func pullLine(p client.PullStatus) string {
 		return "off (the remote has no changes feed; syncing one way)"
 	case "bootstrapping":
 		line += fmt.Sprintf(", %d records read so far", p.BootstrapReceived)
+		if p.BootstrapProgress > 0 {
+			line += fmt.Sprintf(" (about %d%%)", int(p.BootstrapProgress*100))
+		}
 	case "error":
 		line += ": " + p.LastError + " (retrying)"
 	}

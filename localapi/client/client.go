@@ -403,6 +403,8 @@ type PullStatus struct {
 	LastPullAt        time.Time `json:"lastPullAt,omitzero"`
 	Received          int64     `json:"received"`
 	BootstrapReceived int64     `json:"bootstrapReceived,omitempty"`
+	BootstrapProgress float64   `json:"bootstrapProgress,omitempty"` // 0 to 1, when the server says
+	LastReadAt        time.Time `json:"lastReadAt,omitzero"`         // the feed's last answer
 	LastError         string    `json:"lastError,omitempty"`
 }
 

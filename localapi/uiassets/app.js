@@ -428,10 +428,25 @@
     const p = (status && status.pull) || {};
     text($("pull-state"), (PULL_STATES[p.state] || p.state || "–") + (p.mode && p.mode !== "auto" ? " (pull " + p.mode + ")" : ""));
     text($("pull-last"), p.state === "off" ? "–" : ago(p.lastPullAt));
+    text($("pull-heard"), p.state === "off" ? "–" : ago(p.lastReadAt));
     text($("pull-received"), num(p.received || 0));
     const boot = p.state === "bootstrapping";
     $("bootstrap").hidden = !boot;
-    if (boot) text($("bootstrap-count"), num(p.bootstrapReceived || 0));
+    if (boot) {
+      text($("bootstrap-count"), num(p.bootstrapReceived || 0));
+      // A fraction when the server says how far its feed goes; else the
+      // bar only shows that it is busy.
+      const bar = $("bootstrap-progress");
+      const share = typeof p.bootstrapProgress === "number" ? Math.min(1, Math.max(0, p.bootstrapProgress)) : null;
+      if (share === null) {
+        bar.removeAttribute("value");
+        text($("bootstrap-share"), "");
+      } else {
+        bar.max = 1;
+        bar.value = share;
+        text($("bootstrap-share"), ", about " + Math.floor(share * 100) + "%");
+      }
+    }
     $("pull-error").hidden = !p.lastError;
     text($("pull-error"), p.lastError ? "Last error: " + p.lastError : "");
   }
@@ -441,7 +456,10 @@
     if (!status) return;
     renderCounts();
     const p = status.pull || {};
-    if (p.state !== "off") text($("pull-last"), ago(p.lastPullAt));
+    if (p.state !== "off") {
+      text($("pull-last"), ago(p.lastPullAt));
+      text($("pull-heard"), ago(p.lastReadAt));
+    }
   }
 
   // ---- failed operations and conflicts ------------------------------------

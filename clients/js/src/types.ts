@@ -183,6 +183,10 @@ export interface PullStatus {
   lastPullAt?: string;
   received: number;
   bootstrapReceived?: number;
+  /** The share of the server's feed the full pass has read, 0 to 1, when the server says (an estimate, for a progress bar). */
+  bootstrapProgress?: number;
+  /** When the server's feed last answered (an empty long poll too). */
+  lastReadAt?: string;
   lastError?: string;
 }
 
@@ -427,7 +431,7 @@ export const members = {
     "payloadFingerprint", "state", "attemptCount", "nextAttemptAt", "leaseOwner", "leaseExpiresAt", "lastErrorCode",
     "lastError", "createdAt", "completedAt", "userRetriedAt", "requestFingerprint", "declined", "remoteKey",
     "maybeApplied", "mergedInto", "after", "blocked", "blockedBy", "app", "paths"],
-  PullStatus: ["mode", "state", "lastPullAt", "received", "bootstrapReceived", "lastError"],
+  PullStatus: ["mode", "state", "lastPullAt", "received", "bootstrapReceived", "bootstrapProgress", "lastReadAt", "lastError"],
   RemoteProblem: ["code", "kind", "seen", "fix", "since", "nextCheckAt"],
   Status: ["accountId", "signedIn", "online", "paused", "pauseReason", "remoteProblem", "counts",
     "oldestPendingAgeSeconds", "accountCounts", "accountOldestPendingAgeSeconds", "fileSizeBytes", "freeBytes",

@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,8 +33,8 @@ import (
 // uninterrupted upgrade of the same file shows.
 
 var (
-	upgradeEntities = flag.Int("upgrade.entities", 3000, "entities in the schema-5 file of the upgrade attacks")
-	upgradeKills    = flag.Int("upgrade.kills", 4, "random-moment kills of TestUpgradeKilled")
+	upgradeEntities = flag.Int("upgrade.entities", 2000, "entities in the schema-5 file of the upgrade attacks")
+	upgradeKills    = flag.Int("upgrade.kills", 3, "random-moment kills of TestUpgradeKilled")
 	upgradeSeed     = flag.Uint64("upgrade.seed", 0, "seed of the upgrade attacks (0: from the time, printed)")
 )
 
@@ -378,7 +379,7 @@ type upgradeView struct {
 }
 
 // upgradeClaims bounds the claims of a view, each a transaction.
-const upgradeClaims = 300
+const upgradeClaims = 100
 
 // viewUpgraded opens the file at path (upgrading it if it is still
 // schema 5), checks it, and reads its view; the claims drain it.
@@ -505,8 +506,8 @@ func sameView(t testing.TB, what string, got, want upgradeView) {
 	t.Fatalf("%s: the store differs from the uninterrupted upgrade's at byte %d:\n got …%s…\nwant …%s…", what, i, g[from:min(len(g), i+200)], w[from:min(len(w), i+200)])
 }
 
-// upgradeFixture builds the schema-5 file of the upgrade attacks once per
-// test, and the view of its uninterrupted upgrade.
+// upgradeFixture is the schema-5 file of the upgrade attacks, in a
+// directory of the test's, and the view of its uninterrupted upgrade.
 type upgradeFixture struct {
 	dir, schema5 string
 	want         upgradeView
@@ -514,37 +515,70 @@ type upgradeFixture struct {
 	seed         uint64
 }
 
+// upgradeBuilt holds the file the first upgrade attack built, for the
+// others: building it and upgrading the reference takes seconds (tens
+// under -race).
+var upgradeBuilt struct {
+	once sync.Once
+	ok   bool
+	file []byte
+	want upgradeView
+	took time.Duration
+	seed uint64
+}
+
+// newUpgradeFixture copies the schema-5 file of the upgrade attacks,
+// built by the first test that asks, into the test's directory.
 func newUpgradeFixture(t *testing.T) *upgradeFixture {
 	t.Helper()
-	seed := *upgradeSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -upgrade.seed=%d), %d entities", seed, seed, *upgradeEntities)
-	f := &upgradeFixture{dir: t.TempDir(), seed: seed}
-	f.schema5 = filepath.Join(f.dir, "schema5.db")
-	start := time.Now()
-	old := buildSchema5(t, f.schema5, *upgradeEntities, seed)
-	fi, _ := os.Stat(f.schema5)
-	t.Logf("schema-5 file: %d bytes, %d events, built in %v", fi.Size(), len(old), time.Since(start))
+	b := &upgradeBuilt
+	b.once.Do(func() {
+		seed := *upgradeSeed
+		if seed == 0 {
+			seed = uint64(time.Now().UnixNano())
+		}
+		t.Logf("seed %d (rerun with -upgrade.seed=%d), %d entities", seed, seed, *upgradeEntities)
+		dir := t.TempDir()
+		path := filepath.Join(dir, "schema5.db")
+		start := time.Now()
+		old := buildSchema5(t, path, *upgradeEntities, seed)
+		file, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("schema-5 file: %d bytes, %d events, built in %v", len(file), len(old), time.Since(start))
 
-	ref := f.copyTo(t, "reference.db")
-	start = time.Now()
-	s, err := Open(ref, Config{Now: func() time.Time { return upgradeNow }, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
+		ref := filepath.Join(dir, "reference.db")
+		if err := copyFile(path, ref); err != nil {
+			t.Fatal(err)
+		}
+		start = time.Now()
+		s, err := Open(ref, Config{Now: func() time.Time { return upgradeNow }, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		s.Close()
+		want := viewUpgraded(t, ref)
+		t.Logf("the uninterrupted upgrade's Open took %v", took)
+		// The upgrade keeps the old events as they were.
+		if len(want.Events) < len(old) {
+			t.Fatalf("%d events after the upgrade, %d before", len(want.Events), len(old))
+		}
+		sameJSON(t, "events kept by the upgrade", want.Events[:len(old)], old)
+		if len(want.Purging) != 0 || len(want.Claims["alice"]) == 0 {
+			t.Fatalf("reference: purges %v, %d claims of alice", want.Purging, len(want.Claims["alice"]))
+		}
+		b.ok, b.file, b.want, b.took, b.seed = !t.Failed(), file, want, took, seed
+	})
+	if !b.ok {
+		t.Fatal("building the schema-5 file failed in an earlier test")
+	}
+	t.Logf("seed %d (rerun with -upgrade.seed=%d)", b.seed, b.seed)
+	f := &upgradeFixture{dir: t.TempDir(), want: b.want, took: b.took, seed: b.seed}
+	f.schema5 = filepath.Join(f.dir, "schema5.db")
+	if err := os.WriteFile(f.schema5, b.file, 0o600); err != nil {
 		t.Fatal(err)
-	}
-	f.took = time.Since(start)
-	s.Close()
-	f.want = viewUpgraded(t, ref)
-	t.Logf("the uninterrupted upgrade's Open took %v", f.took)
-	// The upgrade keeps the old events as they were.
-	if len(f.want.Events) < len(old) {
-		t.Fatalf("%d events after the upgrade, %d before", len(f.want.Events), len(old))
-	}
-	sameJSON(t, "events kept by the upgrade", f.want.Events[:len(old)], old)
-	if len(f.want.Purging) != 0 || len(f.want.Claims["alice"]) == 0 {
-		t.Fatalf("reference: purges %v, %d claims of alice", f.want.Purging, len(f.want.Claims["alice"]))
 	}
 	return f
 }
@@ -594,7 +628,10 @@ func runUpgradeChild(t testing.TB, path string, prefix []string, kill func(*os.P
 }
 
 // pwriteOffset reads the offset of a pwrite64 call strace printed.
-var pwriteOffset = regexp.MustCompile(`pwrite64\(.*, \d+, (\d+)\) += `)
+// strace splits a call that another thread's event interrupts: its
+// first line ends "<unfinished ...>" and a "<... pwrite64 resumed>" line
+// follows.
+var pwriteOffset = regexp.MustCompile(`pwrite64\(.*, \d+, (\d+)(\) += | <unfinished \.\.\.>)`)
 
 // A process SIGKILLed at random moments of the upgrade from schema 5
 // (Open's one transaction, the purge it then finishes, Close) leaves a

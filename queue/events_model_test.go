@@ -25,6 +25,9 @@ import (
 // from the schema-5 file of testdata (its events one a row) and some
 // from an empty one.
 //
+// A batch of up to maxEventGroup creates makes a commit of more events
+// than a row holds.
+//
 // The model is the list of events each commit reported (OnCommit), and
 // the oldest seq the sweeps keep. After each step:
 //   - the step's events continue the log: consecutive seqs from the last
@@ -94,6 +97,7 @@ func TestEventsMatchModel(t *testing.T) {
 		accounts := []string{"m1", "m2"}
 		entities := []string{"a", "b", "c", "d"}
 		var sending []Operation // claimed and not answered, as claimed
+		bulk := 0               // entities the bulk batches created
 		type done struct {
 			at      time.Time
 			account string
@@ -296,6 +300,25 @@ func TestEventsMatchModel(t *testing.T) {
 					rt.Fatalf("batch: events past its writes' %+v", evs[i:])
 				}
 				check(rt, "batch")
+			},
+			"bulk": func(rt *rapid.T) {
+				// A commit of more events than a row holds
+				// (maxEventGroup): its rows split inside it.
+				stepFrom = len(commits)
+				account := rapid.SampledFrom(accounts).Draw(rt, "account")
+				n := rapid.IntRange(maxEventGroup/4, maxEventGroup).Draw(rt, "creates")
+				var ws []Write
+				for range n {
+					bulk++
+					ws = append(ws, Write{Op: OpCreate, AccountID: account, EntityType: "bulk", EntityID: fmt.Sprintf("k%d", bulk), Data: json.RawMessage(`{"k":1}`)})
+				}
+				if _, err := s.ApplyBatch(ctx, ws, false); err != nil {
+					rt.Fatal(err)
+				}
+				if len(commits)-stepFrom != 1 || len(stepEvents()) < 2*n {
+					rt.Fatalf("a batch of %d creates: %d commits, %d events", n, len(commits)-stepFrom, len(stepEvents()))
+				}
+				check(rt, "bulk")
 			},
 			"claim": func(rt *rapid.T) {
 				stepFrom = len(commits)

@@ -368,6 +368,7 @@ type upgradeView struct {
 	Pending    []Operation
 	Entities   []Entity
 	Events     []Event
+	Pages      [][]Event // Events(since, 50) from 16 places in the log
 	Oldest     uint64
 	Last       uint64
 	Counts     map[State]int
@@ -448,6 +449,15 @@ func viewUpgraded(t testing.TB, path string) upgradeView {
 	}
 	if v.Last, err = s.LastEventSeq(); err != nil {
 		t.Fatal(err)
+	}
+	// Reads of the log from inside it, in pages.
+	for i := range 16 {
+		since := v.Last * uint64(i) / 16
+		page, _, err := s.Events(since, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Pages = append(v.Pages, page)
 	}
 	st, err := s.Stats()
 	if err != nil {
@@ -687,6 +697,9 @@ func TestUpgradeKilledAtWrite(t *testing.T) {
 	strace, err := exec.LookPath("strace")
 	if err != nil {
 		t.Skip("strace not installed")
+	}
+	if out, err := exec.Command(strace, "-f", "-qq", "-o", os.DevNull, "true").CombinedOutput(); err != nil {
+		t.Skipf("strace cannot trace here (ptrace not allowed?): %v: %s", err, out)
 	}
 	f := newUpgradeFixture(t)
 	// Count the child's writes: its upgrade commit, then its purge's and

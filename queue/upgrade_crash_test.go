@@ -755,10 +755,12 @@ func TestUpgradeKilledAtWrite(t *testing.T) {
 	for range *upgradeKills {
 		points = append(points, 1+rnd.IntN(writes))
 	}
+	tried := map[int]bool{}
 	for _, n := range points {
-		if n < 1 || n > writes {
+		if n < 1 || n > writes || tried[n] {
 			continue
 		}
+		tried[n] = true
 		path := f.copyTo(t, fmt.Sprintf("write%d.db", n))
 		last, err := runUpgradeChild(t, path, []string{strace, "-f", "-qq", "-o", "/dev/null", "-e", "trace=pwrite64",
 			"-e", fmt.Sprintf("inject=pwrite64:signal=KILL:when=%d", n)}, nil)

@@ -11,7 +11,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if crashChild() {
+	if crashChild() || upgradeChild() {
 		return
 	}
 	goleak.VerifyTestMain(m)

@@ -167,8 +167,17 @@ func Open(path string, cfg Config) (*Store, error) {
 		expect:           1,
 	}
 	var recovered int
+	// from is the schema of the file as opened; written is set once the
+	// transaction's work is done, so a failure after it is its commit's.
+	var from uint64
+	written := false
 	err = db.Update(func(tx *bolt.Tx) error {
 		s.syncFreelistIfSmall(tx)
+		if meta := tx.Bucket(bucketMeta); meta != nil {
+			if v := meta.Get(metaSchema); len(v) == 8 {
+				from = readU64(v)
+			}
+		}
 		changed, err := s.initBuckets(tx)
 		if err != nil {
 			return err
@@ -184,6 +193,7 @@ func Open(path string, cfg Config) (*Store, error) {
 			return errNothingWritten
 		}
 		s.emit(w.events)
+		written = true
 		return nil
 	})
 	if errors.Is(err, errNothingWritten) {
@@ -191,6 +201,11 @@ func Open(path string, cfg Config) (*Store, error) {
 	}
 	if err != nil {
 		db.Close()
+		if written && from != 0 && from < schemaVersion {
+			// The upgrade's commit failed (the disk is full, say): the
+			// file is as it was, and the next Open upgrades it again.
+			return nil, fmt.Errorf("queue: upgrade %s from schema %d to %d: %w", path, from, schemaVersion, noSpace(err))
+		}
 		return nil, noSpace(err)
 	}
 	if recovered > 0 {

@@ -108,6 +108,7 @@ type Store struct {
 	beginSQL    string // BEGIN and the SET LOCALs, as one simple query
 	lockTimeout string // the SET LOCAL values, for the pipelined begin
 	lease       string
+	retention   pgsql.Retention // sweep_after's guess at a reservation
 }
 
 var (
@@ -322,7 +323,8 @@ func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time
 	if t.reserved {
 		return nil, fmt.Errorf("pgstore: reserve: this transaction already holds a reservation")
 	}
-	args := []any{rec.Actor, rec.Key, rec.Operation, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt}
+	args := []any{rec.Actor, rec.Key, rec.Operation, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt,
+		t.store.retention.SweepAfter(rec.CreatedAt)}
 	var (
 		got      bool
 		inserted int
@@ -525,6 +527,7 @@ func (t *Tx) completion(b *pgx.Batch) error {
 	if body == nil {
 		body = []byte{}
 	}
+	t.store.retention.Learn(rec.CreatedAt, rec.ExpiresAt)
 	// Fails the pipeline, and so skips what follows, unless exactly the
 	// reserved row was completed.
 	b.Queue(pgsql.Complete, rec.Actor, rec.Key, rec.ResponseStatus, hdr, body, rec.CompletedAt, rec.ExpiresAt)

@@ -212,8 +212,12 @@ func getRecord(ctx context.Context, q queryRower, actor, key string) (*idempoten
 }
 
 // Sweep deletes records that expired at or before now, pgsql.SweepBatch
-// rows per statement, walking the expiry index from where the previous
-// statement ended; rows a running request holds are skipped.
+// rows per statement, walking the sweep_after index from where the
+// previous statement ended; rows a running request holds are skipped.
+// As with pgstore, a completed record goes at the first sweep at or
+// after its expiry, and a record left processing (committed without its
+// answer) one retention after its creation, though its key is free when
+// its processing lease ends.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	total := 0
 	from := time.Time{}

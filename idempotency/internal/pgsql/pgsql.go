@@ -72,13 +72,15 @@ var Migrations = []string{
 // Retention guesses, when a store reserves a key, the retention the gate
 // will give the record when it completes it, which a store is not told
 // until then: the last completion's (its expiry less its creation), or
-// idempotency.DefaultRetention before the first. The reservation sets sweep_after to
-// the creation plus the guess, and the completion to the expiry: when
-// the guess was right that changes nothing, and the completion's update
-// is HOT; when not (the first completions after the store opens, with a
+// idempotency.DefaultRetention before the first. The reservation sets
+// sweep_after to the creation plus the guess, and the completion to the
+// expiry (the gate's is the creation plus its retention): when the
+// guess was right that changes nothing, and the completion's update is
+// HOT; when not (the first completions after the store opens, with a
 // gate configured otherwise, or gates of two retentions on one store),
-// it moves the index entry as every completion did before migration 2.
-// The zero value is ready; it is safe for concurrent use.
+// it moves the index entry as every completion did before migration 2,
+// and the record is as correct. The zero value is ready; it is safe for
+// concurrent use.
 type Retention struct{ d atomic.Int64 }
 
 // SweepAfter returns the sweep_after of a record created at created.

@@ -23,9 +23,11 @@
 // record, the gate does not read it first (the Store is an
 // idempotency.ReadingStore): a replay costs the reservation's round
 // trip, which finds the completed record, and a ROLLBACK. The gate
-// costs a row insert and update per request, with their index entries
-// (the update moves expires_at, so it is never HOT): about 1 KB of WAL
-// per request where the plain transaction's single INSERT writes 0.2 KB.
+// costs a row insert and update per request. The update is HOT (it
+// changes no indexed column, so it writes no index entries): the
+// sweep's index is on sweep_after, which the reservation sets to the
+// expiry the completion will give, guessing the gate's retention from
+// the last completion (pgsql.Retention).
 //
 // A batch (idempotency.BatchHandler with this Store) runs its operations
 // in one transaction, a Group: each between a savepoint, sent with its
@@ -108,6 +110,7 @@ type Store struct {
 	beginSQL    string // BEGIN and the SET LOCALs, as one simple query
 	lockTimeout string // the SET LOCAL values, for the pipelined begin
 	lease       string
+	retention   pgsql.Retention // sweep_after's guess at a reservation
 }
 
 var (
@@ -211,11 +214,18 @@ func (c *recordColumns) record(actor, key string) (*idempotency.Record, error) {
 }
 
 // Sweep deletes records that expired at or before now, pgsql.SweepBatch
-// rows per statement; rows locked by a running request are skipped. It walks
-// the expires_at index from the last expiry it deleted (a keyset), so
-// each statement starts where the previous one ended instead of walking
-// again over the index entries of rows it already deleted, which stay
-// until vacuum can remove them (long, behind any open transaction).
+// rows per statement; rows locked by a running request are skipped. It
+// walks the sweep_after index from the last sweep_after it deleted (a
+// keyset), so each statement starts where the previous one ended
+// instead of walking again over the index entries of rows it already
+// deleted, which stay until vacuum can remove them (long, behind any
+// open transaction). A completed record's sweep_after is its expiry, so
+// it is deleted by the first sweep at or after its expiry, as before
+// migration 2. A record left processing (a handler that committed the
+// gate's transaction itself) has the sweep_after its completion would
+// have had, one retention after its creation: its key is free when its
+// processing lease ends (the next reservation of the key deletes it),
+// but the sweep deletes it only then.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	total := 0
 	from := time.Time{} // before every expiry
@@ -322,7 +332,8 @@ func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time
 	if t.reserved {
 		return nil, fmt.Errorf("pgstore: reserve: this transaction already holds a reservation")
 	}
-	args := []any{rec.Actor, rec.Key, rec.Operation, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt}
+	args := []any{rec.Actor, rec.Key, rec.Operation, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt,
+		t.store.retention.SweepAfter(rec.CreatedAt)}
 	var (
 		got      bool
 		inserted int
@@ -525,6 +536,7 @@ func (t *Tx) completion(b *pgx.Batch) error {
 	if body == nil {
 		body = []byte{}
 	}
+	t.store.retention.Learn(rec.CreatedAt, rec.ExpiresAt)
 	// Fails the pipeline, and so skips what follows, unless exactly the
 	// reserved row was completed.
 	b.Queue(pgsql.Complete, rec.Actor, rec.Key, rec.ResponseStatus, hdr, body, rec.CompletedAt, rec.ExpiresAt)

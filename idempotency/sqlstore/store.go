@@ -73,6 +73,7 @@ type Store struct {
 	db          *sql.DB
 	lockTimeout string
 	lease       string
+	retention   pgsql.Retention // sweep_after's guess at a reservation
 }
 
 var (
@@ -168,7 +169,7 @@ func (s *Store) Begin(ctx context.Context) (idempotency.Tx, error) {
 		_ = tx.Rollback()
 		return nil, fmt.Errorf("sqlstore: begin: %w", err)
 	}
-	return &Tx{tx: tx}, nil
+	return &Tx{store: s, tx: tx}, nil
 }
 
 // Get returns the committed record for (actor, key), or nil. For tests
@@ -211,8 +212,12 @@ func getRecord(ctx context.Context, q queryRower, actor, key string) (*idempoten
 }
 
 // Sweep deletes records that expired at or before now, pgsql.SweepBatch
-// rows per statement, walking the expiry index from where the previous
-// statement ended; rows a running request holds are skipped.
+// rows per statement, walking the sweep_after index from where the
+// previous statement ended; rows a running request holds are skipped.
+// As with pgstore, a completed record goes at the first sweep at or
+// after its expiry, and a record left processing (committed without its
+// answer) one retention after its creation, though its key is free when
+// its processing lease ends.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	total := 0
 	from := time.Time{}
@@ -234,6 +239,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 
 // Tx is the transaction of one gated request.
 type Tx struct {
+	store    *Store
 	tx       *sql.Tx
 	actor    string
 	key      string
@@ -294,7 +300,8 @@ func (t *Tx) Reserve(ctx context.Context, rec *idempotency.Record, now time.Time
 	if t.reserved {
 		return nil, errors.New("sqlstore: reserve: this transaction already holds a reservation")
 	}
-	args := []any{rec.Actor, rec.Key, rec.Operation, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt}
+	args := []any{rec.Actor, rec.Key, rec.Operation, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt,
+		t.store.retention.SweepAfter(rec.CreatedAt)}
 	for range 3 {
 		var (
 			got      bool
@@ -367,6 +374,7 @@ func (t *Tx) Complete(ctx context.Context, rec *idempotency.Record) error {
 	if body == nil {
 		body = []byte{}
 	}
+	t.store.retention.Learn(rec.CreatedAt, rec.ExpiresAt)
 	var one int
 	if err := t.tx.QueryRowContext(ctx, pgsql.Complete,
 		rec.Actor, rec.Key, rec.ResponseStatus, hdr, body, rec.CompletedAt, rec.ExpiresAt).Scan(&one); err != nil {

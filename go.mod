@@ -10,6 +10,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/kardianos/service v1.3.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/syncd/syncd/idempotency v0.0.0
 	go.etcd.io/bbolt v1.5.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.48.0
@@ -31,3 +32,8 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+// The idempotency gate library is its own module (so a backend that
+// imports it does not get the daemon's test-only dependencies); the
+// daemon and the reference server build against this checkout's copy.
+replace github.com/syncd/syncd/idempotency => ./idempotency

@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/syncd/syncd/internal/jsonstrict"
+	"github.com/syncd/syncd/idempotency/jsonstrict"
 )
 
 // Defaults for the zero values of Config.

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/syncd/syncd/daemon"
-	"github.com/syncd/syncd/internal/jsonstrict"
+	"github.com/syncd/syncd/idempotency/jsonstrict"
 	"github.com/syncd/syncd/queue"
 	"github.com/syncd/syncd/transport"
 )

@@ -16,7 +16,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/syncd/syncd/internal/jsonstrict"
+	"github.com/syncd/syncd/idempotency/jsonstrict"
 	"github.com/syncd/syncd/queue"
 )
 

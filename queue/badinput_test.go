@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/syncd/syncd/internal/jsonstrict"
+	"github.com/syncd/syncd/idempotency/jsonstrict"
 )
 
 // Entity data that readers could read differently, and ids that cannot

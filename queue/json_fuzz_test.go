@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/syncd/syncd/internal/jsonstrict"
+	"github.com/syncd/syncd/idempotency/jsonstrict"
 )
 
 // The seeds run in every `go test`; a longer run is

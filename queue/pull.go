@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/syncd/syncd/idempotency/fieldmerge"
-	"github.com/syncd/syncd/internal/jsonstrict"
+	"github.com/syncd/syncd/idempotency/jsonstrict"
 	bolt "go.etcd.io/bbolt"
 )
 

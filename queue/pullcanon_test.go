@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/syncd/syncd/internal/jsonstrict"
+	"github.com/syncd/syncd/idempotency/jsonstrict"
 )
 
 var canonSeeds = []string{

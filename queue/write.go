@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/syncd/syncd/idempotency/fieldmerge"
-	"github.com/syncd/syncd/internal/jsonstrict"
+	"github.com/syncd/syncd/idempotency/jsonstrict"
 	bolt "go.etcd.io/bbolt"
 )
 

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/syncd/syncd/internal/jsonstrict"
+	"github.com/syncd/syncd/idempotency/jsonstrict"
 )
 
 // The capabilities route: GET {BaseURL}/v1/capabilities →

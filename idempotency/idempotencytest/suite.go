@@ -35,7 +35,6 @@ import (
 	"time"
 
 	"github.com/syncd/syncd/idempotency"
-	"github.com/syncd/syncd/internal/clocktest"
 )
 
 // Harness connects the suite to one fresh, empty store.
@@ -146,12 +145,6 @@ type env struct {
 	cfg     idempotency.Config
 	seq     atomic.Int64
 }
-
-// Clock is a settable clock for Config.Now.
-type Clock = clocktest.Clock
-
-// NewClock returns a clock at t.
-func NewClock(t time.Time) *Clock { return clocktest.At(t) }
 
 func setup(t *testing.T, h Harness) *env {
 	t.Helper()

@@ -16,6 +16,11 @@
 //
 // Check is one linear pass with no allocation for input without
 // objects; each object costs one small set of its member names.
+//
+// It lives in the idempotency module, not under an internal/ directory,
+// because the daemon (a separate module) refuses the same input with the
+// same check: a backend may call it too, to refuse a body the way the
+// gate does before the gate sees it.
 package jsonstrict
 
 import (

@@ -337,7 +337,9 @@ export class SyncdClient<S extends Schema = AnySchema> {
    * The same GET as a failed handshake, without the upgrade: the daemon
    * checks the token and the filter first, and answers 426 when all that
    * passes. A 4xx other than that (and 429) is a refusal that no retry
-   * changes; anything else, or no answer, is not.
+   * changes; anything else, or no answer, is not. The one exception is
+   * account_not_granted: it depends on who is signed in, not on the
+   * token, so the stream waits for that account's sign-in and reconnects.
    */
   private async whyRefused(wsURL: string): Promise<SyncdError | undefined> {
     const res = await this.fetchFn(wsURL.replace(/^ws/, "http"), {
@@ -345,8 +347,9 @@ export class SyncdClient<S extends Schema = AnySchema> {
       headers: { Authorization: "Bearer " + this.token, Accept: "application/json" },
     });
     const text = await res.text();
-    if (res.status >= 400 && res.status < 500 && res.status !== 426 && res.status !== 429) return toError(res.status, text);
-    return undefined;
+    if (res.status < 400 || res.status >= 500 || res.status === 426 || res.status === 429) return undefined;
+    const err = toError(res.status, text);
+    return err.code === "account_not_granted" ? undefined : err;
   }
 
   // ---- transport ----

@@ -100,4 +100,46 @@ describe("app tokens against a real daemon", () => {
     assert.ok(!changes.includes("unreachable"), `status states: ${changes.join(", ")}`);
     await admin.removeApp("tasks");
   });
+
+  it("keeps a stream for an account that is not signed in, and opens it when that account signs in", async () => {
+    // account_not_granted depends on the session, not on the token: the
+    // stream must wait for bob, not end.
+    const made = await admin.addApp("bobnotes", ["note"]);
+    const app = new SyncdClient({ addr: d.addr, token: made.token!, WebSocket: WS });
+    const errors: SyncdError[] = [];
+    let disconnects = 0;
+    let signedIn: (() => void) | undefined;
+    const waited = new Promise<void>((resolve) => (signedIn = resolve));
+    let opened: (() => void) | undefined;
+    const open = new Promise<void>((resolve) => (opened = resolve));
+    const sub = app.subscribe({
+      onOpen: () => opened?.(),
+      account: "bob",
+      entityType: "note",
+      minDelayMs: 20,
+      maxDelayMs: 100,
+      onDisconnect: () => {
+        if (++disconnects === 2) signedIn?.();
+      },
+      onError: (err) => {
+        errors.push(err);
+        signedIn?.(); // fail at the assertion below, not by hanging
+      },
+    });
+    const it = sub[Symbol.asyncIterator]();
+    await waited; // refused twice while alice is signed in, and still trying
+    assert.deepEqual(errors, []);
+    await admin.setSession("bob", "bob.dev");
+    await open; // a stream with no `since` starts when it opens
+    await admin.create("note", { title: "bob's" }, { id: "b1" });
+    for (;;) {
+      const r = await it.next();
+      assert.equal(r.done, false);
+      if (r.value.type === "entity.changed" && r.value.entityId === "b1") break;
+    }
+    assert.deepEqual(errors, []);
+    sub.close();
+    await admin.setSession("alice", "alice.dev");
+    await admin.removeApp("bobnotes");
+  });
 });

@@ -216,6 +216,10 @@ func (d *Daemon) runPuller(soft context.Context) {
 			continue
 		}
 		if st.Cursor == "" && !st.FullPass && !st.Bootstrapped {
+			// A pass from the start: a pass before it for this account
+			// (signed out with a purge, signed in again) has no say in
+			// how far this one is.
+			d.pull.setProgress(s.account, nil)
 			if err := d.store.BeginFullPass(context.Background(), s.account); err != nil {
 				dropAhead()
 				d.logger.Error("daemon: pull: beginning the first read failed", "err", err)

@@ -1,5 +1,6 @@
-// The package as an app developer gets it: `npm pack` (after `npm run
-// pack:tarball` built it from the clone), the tarball installed into a
+// The package as an app developer gets it: `npm run pack:tarball`, the
+// README's one command, in a clean copy of clients/js (the files git has:
+// no node_modules, no dist), the tarball installed into a
 // scratch project with ws and the lockfile's TypeScript, a script
 // type-checked with strict tsc against the installed declarations, then
 // run against a live daemon built from this repository; then react
@@ -10,7 +11,7 @@
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { it } from "node:test";
@@ -81,11 +82,23 @@ console.log(JSON.stringify({ hooks: [useList, useEntity, useConflicts, useSyncSt
 
 it("packs, installs into a scratch project, type-checks and runs against a live daemon", async () => {
   const scratch = mkdtempSync(join(tmpdir(), "syncd-js-pack-"));
+  const clone = mkdtempSync(join(tmpdir(), "syncd-js-clone-"));
   const d = await startDaemon();
   try {
-    execFileSync("npm", ["pack", "--pack-destination", scratch, "--loglevel=error"], { cwd: pkgDir, stdio: "inherit" });
-    const tgz = readdirSync(scratch).find((f) => f.endsWith(".tgz"));
-    assert.ok(tgz, "npm pack wrote a tarball");
+    // A clean clone's clients/js: what git has (tracked, and new files not
+    // ignored), without node_modules or dist; then the one documented command.
+    const files = execFileSync("git", ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "."], { cwd: pkgDir, encoding: "utf8" });
+    for (const f of files.split("\0").filter(Boolean)) {
+      if (!existsSync(join(pkgDir, f))) continue; // deleted, not yet committed
+      mkdirSync(dirname(join(clone, f)), { recursive: true });
+      copyFileSync(join(pkgDir, f), join(clone, f));
+    }
+    assert.ok(!existsSync(join(clone, "node_modules")) && !existsSync(join(clone, "dist")), "the copy is clean");
+    execFileSync("npm", ["run", "pack:tarball", "--loglevel=error"], { cwd: clone, stdio: ["ignore", "ignore", "inherit"] });
+    const { version } = JSON.parse(readFileSync(join(pkgDir, "package.json"), "utf8"));
+    const tgz = `syncd-client-${version}.tgz`;
+    assert.deepEqual(readdirSync(clone).filter((f) => f.endsWith(".tgz")), [tgz], "npm run pack:tarball wrote the tarball the README names");
+    copyFileSync(join(clone, tgz), join(scratch, tgz));
     const listing = execFileSync("tar", ["-tzf", join(scratch, tgz)], { encoding: "utf8" });
     assert.match(listing, /package\/dist\/src\/index\.d\.ts/);
     assert.match(listing, /package\/dist\/src\/react\.js/);
@@ -123,5 +136,6 @@ it("packs, installs into a scratch project, type-checks and runs against a live 
   } finally {
     await d.stop();
     rmSync(scratch, { recursive: true, force: true });
+    rmSync(clone, { recursive: true, force: true });
   }
 });

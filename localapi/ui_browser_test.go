@@ -1101,3 +1101,59 @@ func TestUIBootstrapProgress(t *testing.T) {
 		t.Errorf("pull state: %q", got)
 	}
 }
+
+// The page reads no route faster than once a second, however many
+// events ask it to (issue 32: "the page must not poll faster than once
+// a second"): a burst of writes from outside the page, some of them
+// refused by the server (failed operations: the failed list, its
+// payloads and the conflicts are read again too), right after the
+// first view. Every read the page made is taken from the browser's
+// resource timing; two reads of the same URL must start at least a
+// second apart (less a little for the timers' own delay). The buttons'
+// reads (an action reads its list at once) are not pressed here.
+func TestUIReadRate(t *testing.T) {
+	s := startUIStack(t, uiStackOptions{})
+	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"bad-0","data":{"title":"refused","invalid":true}}`)
+	s.waitSyncState(t, "note", "bad-0", "failed")
+	p := openBrowser(t)
+	p.signIn(s, "")
+	p.do(chromedp.Evaluate[chromedp.Void](`performance.setResourceTimingBufferSize(100000)`))
+	p.wait("the stream", `document.getElementById("live").dataset.live === "on"`)
+
+	const writes = 40
+	for i := range writes {
+		body := fmt.Sprintf(`{"id":"burst-%d","data":{"title":"burst %d"}}`, i, i)
+		if i%4 == 0 {
+			body = fmt.Sprintf(`{"id":"burst-%d","data":{"title":"burst %d","invalid":true}}`, i, i)
+		}
+		s.mustCall(t, "POST", "/v1/entities/note", body)
+		time.Sleep(75 * time.Millisecond)
+	}
+	s.waitSyncState(t, "note", fmt.Sprintf("burst-%d", writes-1), "synced")
+	p.wait("the last refused write", fmt.Sprintf(`!!document.querySelector(%s)`, js(`#failed-list [data-key]`)))
+	p.wait("the failed count", fmt.Sprintf(`document.getElementById("count-permanent_failed").textContent === "%d"`, 1+(writes+3)/4))
+	time.Sleep(1500 * time.Millisecond) // the reads the last events scheduled
+
+	type read struct {
+		Name  string  `json:"name"`
+		Start float64 `json:"start"`
+	}
+	reads := evalOn[[]read](p, `performance.getEntriesByType("resource").filter(e => e.initiatorType === "fetch").map(e => ({name: e.name.replace(location.origin, ""), start: e.startTime}))`)
+	byURL := map[string][]float64{}
+	for _, r := range reads {
+		byURL[r.Name] = append(byURL[r.Name], r.Start)
+	}
+	const minGap = 900 // ms: a second, less the timers' and the fetch's own delays
+	for u, starts := range byURL {
+		for i := 1; i < len(starts); i++ {
+			if gap := starts[i] - starts[i-1]; gap < minGap {
+				t.Errorf("%s read twice %.0f ms apart (reads at %v ms)", u, gap, starts)
+				break
+			}
+		}
+	}
+	if n := len(byURL["/ui/api/v1/status"]); n < 2 {
+		t.Errorf("the status was read %d times during the burst: the test saw no reload", n)
+	}
+	t.Logf("%d reads of %d URLs during %d writes", len(reads), len(byURL), writes)
+}

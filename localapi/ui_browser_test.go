@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -218,6 +219,32 @@ func callJSON(t *testing.T, method, url, auth, body string) (int, map[string]any
 		}
 	}
 	return res.StatusCode, out
+}
+
+// curl makes a write with the curl command, as a user at a shell would:
+// its own process and connection, the admin token, no cookie, no
+// Origin. Without curl installed (outside CI) it is mustCall.
+func (s *uiStack) curl(t *testing.T, method, path, body string) map[string]any {
+	t.Helper()
+	bin, err := exec.LookPath("curl")
+	if err != nil && os.Getenv("CI") != "" {
+		t.Fatalf("no curl in CI (.ci/run installs it): %v", err)
+	}
+	if err != nil {
+		t.Logf("no curl (%v): %s %s with Go's HTTP client", err, method, path)
+		return s.mustCall(t, method, path, body)
+	}
+	out, err := exec.Command(bin, "-sS", "--fail-with-body", "-X", method,
+		"-H", "Authorization: Bearer "+localapitest.Token, "-H", "Content-Type: application/json",
+		"--data-binary", body, s.url+path).Output()
+	if err != nil {
+		t.Fatalf("curl %s %s: %v: %s", method, path, err, out)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatalf("curl %s %s: %s", method, path, out)
+	}
+	return m
 }
 
 // mustCall is call that expects a 2xx.
@@ -669,6 +696,13 @@ func TestUIBrowser(t *testing.T) {
 	p.signIn(s, proxy.addr())
 	p.wait("the account", `document.getElementById("account").textContent.includes("alice")`)
 
+	// The last hour: the depth as an area, the sends as bars, and the
+	// figures in words (the samples the test took as the writes went).
+	p.wait("the chart", `!!document.querySelector("#chart path.depth") && document.querySelectorAll("#chart rect.sends").length > 0`)
+	if got := p.text("#chart-desc"); !strings.HasPrefix(got, "Not yet sent: ") || strings.Contains(got, " 0 operations sent") || !strings.Contains(got, "operations sent in the last hour") {
+		t.Errorf("the chart's text alternative: %q, want operations not yet sent and some sent", got)
+	}
+
 	// The failed operation: its error, attempts and payload.
 	item := keyed("failed-list", badOp)
 	p.wait("the failed operation", fmt.Sprintf(`!!document.querySelector(%s)`, js(item)))
@@ -789,11 +823,11 @@ func TestUIBrowser(t *testing.T) {
 	// shows up as a failed operation, and the counts follow.
 	p.wait("the failed count after resolving", `document.getElementById("count-permanent_failed").textContent === "2"`)
 	doneBefore := p.text("#count-done")
-	out := s.mustCall(t, "POST", "/v1/entities/note", `{"id":"from-curl","data":{"title":"Also refused","invalid":true}}`)
+	out := s.curl(t, "POST", "/v1/entities/note", `{"id":"from-curl","data":{"title":"Also refused","invalid":true}}`)
 	curlOp, _ := out["operationId"].(string)
 	p.wait("the failed count to change live", `document.getElementById("count-permanent_failed").textContent === "3"`)
 	p.wait("the new failed operation", fmt.Sprintf(`!!document.querySelector(%s)`, js(keyed("failed-list", curlOp))))
-	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"from-curl-2","data":{"title":"Fine"}}`)
+	s.curl(t, "POST", "/v1/entities/note", `{"id":"from-curl-2","data":{"title":"Fine"}}`)
 	p.wait("the done count to change live", fmt.Sprintf(`document.getElementById("count-done").textContent !== %s`, js(doneBefore)))
 	p.wait("the live feed", `[...document.querySelectorAll("#event-list li")].some(li => li.textContent.includes("note/from-curl-2"))`)
 
@@ -1017,6 +1051,12 @@ func TestUIFirstViewTenThousandQueued(t *testing.T) {
 	}
 	if got := p.text("#count-pending"); got != "10,000" {
 		t.Errorf("pending shows %q, want 10,000", got)
+	}
+	if got := p.text("#oldest"); got == "" || got == "–" || got == "nothing" {
+		t.Errorf("the oldest pending age shows %q", got)
+	}
+	if got := p.text("#chart-desc"); !strings.HasPrefix(got, "Not yet sent: 10,000 now") {
+		t.Errorf("the chart's text alternative: %q, want 10,000 not yet sent", got)
 	}
 	// What the page read: a page of each list, never the whole queue.
 	urls := evalOn[[]string](p, `performance.getEntriesByType("resource").map(e => e.name)`)

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,6 +64,9 @@ type uiStackOptions struct {
 	// first page of her read and holds every later one until the test
 	// ends, so the page sees the bootstrap under way.
 	bootstrap int
+	// answer, when set, sees every request to the remote first; true
+	// means it answered it (the server does not see it).
+	answer func(w http.ResponseWriter, r *http.Request) bool
 }
 
 func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
@@ -116,6 +120,9 @@ func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
 			case <-r.Context().Done():
 				return
 			}
+		}
+		if o.answer != nil && o.answer(w, r) {
+			return
 		}
 		rs.Handler().ServeHTTP(w, r)
 	}))
@@ -1196,4 +1203,52 @@ func TestUIReadRate(t *testing.T) {
 		t.Errorf("the status was read %d times during the burst: the test saw no reload", n)
 	}
 	t.Logf("%d reads of %d URLs during %d writes", len(reads), len(byURL), writes)
+}
+
+// The header says why sending is paused, live, as the daemon finds it:
+// the server refuses the account's token (Paused: sign-in needed, until
+// an app signs in again), then answers every create 404 (Paused: remote
+// misconfigured, with what syncd saw and how to fix it).
+func TestUIPausedStates(t *testing.T) {
+	var gone atomic.Bool // every create answered 404
+	s := startUIStack(t, uiStackOptions{answer: func(w http.ResponseWriter, r *http.Request) bool {
+		switch {
+		case r.Header.Get("Authorization") == "Bearer alice.revoked":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":{"code":"unauthorized","message":"token revoked"}}`)
+			return true
+		case gone.Load() && r.Method == "POST" && r.URL.Path != "/v1/batch":
+			http.NotFound(w, r)
+			return true
+		}
+		return false
+	}})
+	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"first","data":{"title":"sent"}}`)
+	s.waitSyncState(t, "note", "first", "synced")
+	p := openBrowser(t)
+	p.signIn(s, "")
+	p.wait("in sync", `document.getElementById("sync-state").textContent === "Online: in sync"`)
+
+	s.mustCall(t, "PUT", "/v1/session", `{"accountId":"alice","accessToken":"alice.revoked"}`)
+	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"second","data":{"title":"waits for a sign-in"}}`)
+	p.wait("sign-in needed", `document.getElementById("sync-state").textContent === "Paused: sign-in needed"`)
+	if got := p.text("#sync-detail"); !strings.Contains(got, "refused the account's token") {
+		t.Errorf("the detail says %q", got)
+	}
+	s.mustCall(t, "PUT", "/v1/session", `{"accountId":"alice","accessToken":"alice.a"}`)
+	s.waitSyncState(t, "note", "second", "synced")
+	p.wait("in sync again", `document.getElementById("sync-state").textContent === "Online: in sync"`)
+
+	gone.Store(true)
+	for i := range daemon.MisconfigThreshold { // that many entities' creates answered 404 pause sending
+		s.mustCall(t, "POST", "/v1/entities/note", fmt.Sprintf(`{"id":"lost-%d","data":{"title":"no route"}}`, i))
+	}
+	p.wait("remote misconfigured", `document.getElementById("sync-state").textContent === "Paused: remote misconfigured" && !document.getElementById("remote-problem").hidden`)
+	if got := p.text("#remote-seen"); !strings.Contains(got, "404") {
+		t.Errorf("what syncd saw: %q", got)
+	}
+	if got := p.text("#remote-fix"); !strings.Contains(got, "remote URL") {
+		t.Errorf("how to fix it: %q", got)
+	}
 }

@@ -80,7 +80,9 @@
       data = null;
     }
     if (res.status === 401) {
-      signedOut("Your session ended or was never started.");
+      // Once: the reads still under way when it ended get 401 too. Before
+      // the session is confirmed, start() says what it found.
+      if (signedIn) signedOut("Your session ended.");
       throw new ApiError(401, "unauthorized", "not signed in");
     }
     if (!res.ok) {
@@ -118,6 +120,18 @@
     schedule.now = () => {
       clearTimeout(timer);
       return run();
+    };
+    // The first view's read: counted as the last one (an event right
+    // after it waits out the gap), its error left to the caller.
+    schedule.first = async (...args) => {
+      running = true;
+      last = Date.now();
+      try {
+        return await fn(...args);
+      } finally {
+        running = false;
+        if (again) { again = false; schedule(); }
+      }
     };
     return schedule;
   }
@@ -270,17 +284,21 @@
     // read when the status counts some: finding them among many waiting
     // operations is the one read whose cost grows with the queue.
     const first = [
-      loadStatus(pre.status).then(() => {
-        if ((shownCounts(status).permanent_failed || 0) > 0) return loadFailedAndConflicts();
+      reloadStatus.first(pre.status).then(() => {
+        if ((shownCounts(status).permanent_failed || 0) > 0) return reloadFailed.first();
         renderFailed([]);
         renderConflicts([], false);
         return undefined;
       }),
-      loadApps(pre.apps),
-      loadHistory(pre.history),
+      reloadApps.first(pre.apps),
+      reloadHistory.first(pre.history),
     ];
     const results = await Promise.allSettled(first);
     const failed = results.find((r) => r.status === "rejected");
+    if (signedIn && results.some((r) => r.status === "rejected" && r.reason instanceof ApiError && r.reason.status === 401)) {
+      // A read sent before the session was confirmed met it ended.
+      signedOut("Your session ended.");
+    }
     if (failed && !(failed.reason instanceof ApiError && failed.reason.status === 401)) {
       notice("Some of the page could not be read: " + failed.reason.message, true);
     }

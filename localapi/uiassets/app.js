@@ -562,7 +562,6 @@
     }
     renderConflicts(entities, lists.some((l) => l.more));
   }
-  const reloadConflicts = throttled(loadConflicts);
 
   function renderConflicts(entities, more) {
     if (unchanged("conflicts", [entities, more])) return;

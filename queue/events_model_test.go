@@ -327,13 +327,25 @@ func TestEventsMatchModel(t *testing.T) {
 				for _, r := range rs {
 					mine[r.Operation.ID] = true
 				}
+				// A release is of an operation that waited (its last
+				// event before the step was blocked) and is pending
+				// again (releaseWaiters reports no other state).
+				blocked := map[string]bool{}
+				for _, e := range log[:len(log)-len(evs)] {
+					if e.Type == EventOperationState {
+						blocked[e.OperationID] = e.BlockedBy != ""
+					}
+				}
+				releaseOf := func(e Event) bool {
+					return released(e, account) && blocked[e.OperationID] && (e.State == StatePending || e.State == StateRetryWaiting)
+				}
 				i := 0
 				for j, r := range rs {
 					start := i
 					for i < len(evs) {
 						e := evs[i]
 						ours := e.EntityID == ws[j].EntityID && (!mine[e.OperationID] || e.OperationID == r.Operation.ID)
-						if !ours && (mine[e.OperationID] || !released(e, account)) {
+						if !ours && (mine[e.OperationID] || !releaseOf(e)) {
 							break
 						}
 						i++

@@ -135,6 +135,17 @@ func (p *pullState) setProgress(account string, pr *transport.Progress) {
 	p.progress = pullProgress{account: account, at: pr.At, of: pr.Of}
 }
 
+// clearProgress forgets the progress kept for account, if it is
+// account's: another account's (a pass that resumes when it signs in
+// again) stays.
+func (p *pullState) clearProgress(account string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.progress.account == account {
+		p.progress = pullProgress{}
+	}
+}
+
 // pullStatus reports the pull for Status.
 func (d *Daemon) pullStatus(account string) PullStatus {
 	ps := PullStatus{Mode: d.pullMode}
@@ -219,7 +230,7 @@ func (d *Daemon) runPuller(soft context.Context) {
 			// A pass from the start: a pass before it for this account
 			// (signed out with a purge, signed in again) has no say in
 			// how far this one is.
-			d.pull.setProgress(s.account, nil)
+			d.pull.clearProgress(s.account)
 			if err := d.store.BeginFullPass(context.Background(), s.account); err != nil {
 				dropAhead()
 				d.logger.Error("daemon: pull: beginning the first read failed", "err", err)

@@ -41,7 +41,10 @@ export interface SubscribeOptions<F extends EventFilter = EventFilter, K extends
    * SyncdError with code token_revoked), or the daemon refuses it (an
    * unknown or removed token, a type not granted: the SyncdError of that
    * answer, 401 or 403). The iterator then throws it. Nothing reconnects
-   * after that; a daemon that is down or restarting is not a refusal.
+   * after that; a daemon that is down or restarting is not a refusal, nor
+   * is `account` naming an account that is not signed in (403
+   * account_not_granted): that stream keeps trying, with onDisconnect,
+   * and opens when the account signs in.
    */
   onError?: (err: SyncdError) => void;
   /** Called each time the stream is (re)connected. */

@@ -7,12 +7,11 @@ import (
 	"testing"
 )
 
-// Attack: alice is a third through her first pass; she signs out
-// (keep), bob signs in (his first pass begins, its reads fail), alice
-// signs in again. Her pass resumes at the same cursor: it is still a
-// third through, and showed so before the fix. The fix's unconditional
-// clear at bob's BeginFullPass leaves her at 0 until her next page.
-func TestAttackPullProgressOtherAccountsPassClearsMine(t *testing.T) {
+// Alice is a third through her first pass; she signs out (keep), bob
+// signs in (his first pass begins, its reads fail), alice signs in
+// again. Her pass resumes at the same cursor and is still a third
+// through: bob's pass clears only his own progress, not hers.
+func TestPullProgressOtherAccountsPassKeepsMine(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	phase := 1

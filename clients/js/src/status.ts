@@ -19,7 +19,11 @@ import type { OperationState, Status } from "./types.js";
 export type StatusState = "online" | "offline" | "paused" | "unreachable";
 
 export interface SyncStatus {
-  /** undefined until the first answer (or the first failure to get one). */
+  /**
+   * undefined until the first answer (or the first failure to get one), and
+   * again once the watch ended for good (`error` says why): this app can no
+   * longer see the daemon's state.
+   */
   state: StatusState | undefined;
   /** True until then. */
   loading: boolean;
@@ -49,6 +53,8 @@ export class StatusWatch {
   private reading = false;
   private again = false;
   private closed = false;
+  /** The stream ended for good (onError): the last SyncStatus stays. */
+  private ended = false;
   /** Bumped when the stream drops: a read begun before says nothing of now. */
   private epoch = 0;
 
@@ -63,7 +69,7 @@ export class StatusWatch {
         this.epoch++;
         this.unreachable();
       },
-      onError: (err) => this.set({ ...this.current, loading: false, error: err }),
+      onError: (err) => this.end(err),
     }) as unknown as Subscription;
     void this.read();
   }
@@ -75,8 +81,15 @@ export class StatusWatch {
     this.sub = undefined;
   }
 
+  /** The watch ended for good: no state is known from now on, and no read says otherwise. */
+  private end(err: SyncdError): void {
+    this.set({ ...this.current, state: undefined, loading: false, error: err });
+    this.ended = true;
+    this.sub?.close();
+  }
+
   private set(s: SyncStatus): void {
-    if (this.closed) return;
+    if (this.closed || this.ended) return;
     this.current = s;
     this.opts.onChange?.(s);
   }
@@ -106,6 +119,9 @@ export class StatusWatch {
           if (this.closed) return;
           // The stream's reconnect reads it again when the daemon is back.
           if (err instanceof SyncdError && (err.code === "daemon_unreachable" || err.code === "shutting_down")) this.unreachable();
+          // A token the daemon no longer knows (the app was removed): the
+          // stream ends with it too, whichever says so first.
+          else if (err instanceof SyncdError && err.status === 401) this.end(err);
           else this.set({ ...this.current, loading: false, error: err });
         }
       } while (this.again && !this.closed);

@@ -45,7 +45,27 @@ describe("app tokens against a real daemon", () => {
     }
     assert.equal(seen?.app, "notes");
 
+    // The app's status watch: it must not go on saying "online" once it
+    // can no longer see anything.
+    const states: string[] = [];
+    let watchOpen: (() => void) | undefined;
+    const watching = new Promise<void>((resolve) => (watchOpen = resolve));
+    let watchEnded: (() => void) | undefined;
+    const ended = new Promise<void>((resolve) => (watchEnded = resolve));
+    const w = app.watchStatus({
+      onChange: (s) => {
+        states.push(`${s.state}:${s.error instanceof SyncdError ? s.error.code : ""}`);
+        if (s.state === "online" || s.state === "offline") watchOpen?.();
+        if (s.error !== undefined) watchEnded?.();
+      },
+    });
+    await watching;
+
     await admin.removeApp("notes");
+    await ended;
+    assert.equal(w.current.state, undefined, `states: ${states.join(", ")}`);
+    assert.ok(w.current.error instanceof SyncdError && ["token_revoked", "unauthorized"].includes(w.current.error.code), `states: ${states.join(", ")}`);
+    const after = states.length;
     // Events delivered before the revocation are still handed out; then
     // the iterator throws, and nothing reconnects.
     await assert.rejects(
@@ -55,6 +75,8 @@ describe("app tokens against a real daemon", () => {
       (err: unknown) => err instanceof SyncdError && err.code === "token_revoked",
     );
     await assert.rejects(app.get("note", "n1"), (err: unknown) => err instanceof SyncdError && err.code === "unauthorized");
+    assert.equal(states.length, after, `the ended watch changed again: ${states.join(", ")}`);
+    w.close();
     sub.close();
   });
 

@@ -1179,7 +1179,10 @@ func TestUIReadRate(t *testing.T) {
 	s.waitSyncState(t, "note", fmt.Sprintf("burst-%d", writes-1), "synced")
 	p.wait("the last refused write", fmt.Sprintf(`!!document.querySelector(%s)`, js(`#failed-list [data-key]`)))
 	p.wait("the failed count", fmt.Sprintf(`document.getElementById("count-permanent_failed").textContent === "%d"`, 1+(writes+3)/4))
-	time.Sleep(1500 * time.Millisecond) // the reads the last events scheduled
+	// Every read the events so far asked for has run: the page has taken
+	// in the daemon's newest event, and no reload is scheduled or running.
+	seq := s.mustCall(t, "GET", "/v1/status", "")["lastEventSeq"].(float64)
+	p.wait("the reads the last events asked for", fmt.Sprintf(`Number(document.documentElement.dataset.seq) >= %d && document.documentElement.dataset.reloads === "idle"`, int64(seq)))
 
 	type read struct {
 		Name  string  `json:"name"`

@@ -95,15 +95,27 @@
   const api = (method, path, body) => request(method, "/ui/api" + path, body);
   const enc = encodeURIComponent;
 
+  // Which reloads are scheduled or running: <html data-reloads> says
+  // "idle" when none is (for tests and tools).
+  const busyReloads = new Set();
+  function markReloads(key, busy) {
+    if (busy) busyReloads.add(key);
+    else busyReloads.delete(key);
+    document.documentElement.dataset.reloads = busyReloads.size ? "busy" : "idle";
+  }
+
   // A reload that runs at most once per MIN_RELOAD_GAP, however many
   // events ask for it, and never twice at once.
   function throttled(fn) {
     let running = false, again = false, last = 0, timer = 0;
+    const key = {};
+    const mark = () => markReloads(key, running || timer !== 0);
     const run = async () => {
       timer = 0;
-      if (running) { again = true; return; }
+      if (running) { again = true; mark(); return; }
       running = true;
       last = Date.now();
+      mark();
       try {
         await fn();
       } catch (e) {
@@ -111,11 +123,13 @@
       } finally {
         running = false;
         if (again) { again = false; schedule(); }
+        mark();
       }
     };
     const schedule = () => {
       if (timer || !signedIn) return;
       timer = setTimeout(run, Math.max(0, last + MIN_RELOAD_GAP - Date.now()));
+      mark();
     };
     schedule.now = () => {
       clearTimeout(timer);
@@ -126,11 +140,13 @@
     schedule.first = async (...args) => {
       running = true;
       last = Date.now();
+      mark();
       try {
         return await fn(...args);
       } finally {
         running = false;
         if (again) { again = false; schedule(); }
+        mark();
       }
     };
     return schedule;
@@ -976,6 +992,9 @@
       let e;
       try { e = JSON.parse(m.data); } catch { return; }
       handleEvent(e);
+      // For tests and tools: the newest event this page has taken in
+      // (what it asked to read for it is already scheduled).
+      document.documentElement.dataset.seq = String(feedSeq);
     };
     sock.onclose = async (c) => {
       if (ws !== sock) return;

@@ -24,7 +24,7 @@ func fill(tb testing.TB, s *Store, n int) {
 	data := json.RawMessage(`{"title":"benchmark row","n":1}`)
 	for done := 0; done < n; {
 		err := s.db.Update(func(tx *bolt.Tx) error {
-			w := &txw{tx: tx, s: s, now: s.now()}
+			w := &txw{tx: tx, s: s, now: s.now(), fill: fills{}}
 			for i := 0; i < chunk && done < n; i++ {
 				if _, err := w.apply(&Write{Op: OpCreate, AccountID: "acct", EntityType: "note", EntityID: fmt.Sprintf("e%08d", done), OperationID: fmt.Sprintf("op%08d", done), Data: data}); err != nil {
 					return err

@@ -580,9 +580,10 @@ func (s *Store) commit(batch []*commitReq) {
 			s.syncFreelistIfSmall(tx)
 			now := s.now()
 			events = events[:0]
+			fill := fills{}
 			for i, r := range batch {
 				r.refused = nil
-				w := &txw{tx: tx, s: s, now: now}
+				w := &txw{tx: tx, s: s, now: now, fill: fill}
 				if err := s.runWrite(r.fn, w); err != nil {
 					if w.wrote {
 						failed = i
@@ -690,10 +691,16 @@ type txw struct {
 	evRow   []byte
 	evFirst uint64
 	evN     int
+	// fill is the transaction's, shared by its writes (fill.go); nil:
+	// the trees that grow in order most of the time split at half.
+	fill fills
 }
 
 func (w *txw) put(bucket *bolt.Bucket, k, v []byte) error {
 	w.wrote = true
+	if w.fill != nil {
+		w.noteFill(bucket, k)
+	}
 	return bucket.Put(k, v)
 }
 
@@ -704,8 +711,13 @@ func (w *txw) del(bucket *bolt.Bucket, k []byte) error {
 
 func (w *txw) b(name []byte) *bolt.Bucket {
 	b := w.tx.Bucket(name)
-	if appendOrdered(name) {
+	switch {
+	case appendOrdered(name):
 		b.FillPercent = 1
+	case string(name) == string(bucketEntities):
+		w.trackFill(b, true)
+	case string(name) == string(bucketOpIDs):
+		w.trackFill(b, false)
 	}
 	return b
 }
@@ -725,6 +737,9 @@ func (w *txw) accountBucket(index []byte, account string, create bool) (*bolt.Bu
 	if b != nil && appendOrdered(index) {
 		b.FillPercent = 1
 	}
+	if b != nil && string(index) == string(bucketReady) {
+		w.trackFill(b, false)
+	}
 	return b, nil
 }
 
@@ -738,7 +753,8 @@ func (w *txw) accountBucket(index []byte, account string, create bool) (*bolt.Bu
 // a retry puts its key at a jittered time ahead and a released or next
 // head at an earlier one, so its keys land anywhere, and full pages would
 // split on nearly every insert (5.8 times the pages, measured with every
-// head retried during an outage).
+// head retried during an outage). It, entities and op_ids are split full
+// only by a transaction that appended to them (fill.go).
 func appendOrdered(name []byte) bool {
 	switch string(name) {
 	case string(bucketOps), string(bucketUnfinished), string(bucketLeases),

@@ -16,7 +16,7 @@ func writeEvents(tb testing.TB, s *Store, n int) {
 	for n > 0 {
 		k := min(n, 10000)
 		err := s.db.Update(func(tx *bolt.Tx) error {
-			w := &txw{tx: tx, s: s, now: s.now()}
+			w := &txw{tx: tx, s: s, now: s.now(), fill: fills{}}
 			op := &Operation{ID: newID(), AccountID: "acct", EntityType: "note", EntityID: newID(), State: StatePending}
 			for range k {
 				if err := w.opEvent(op); err != nil {

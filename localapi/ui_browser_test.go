@@ -73,6 +73,11 @@ type uiStackOptions struct {
 	// answer, when set, sees every request to the remote first; true
 	// means it answered it (the server does not see it).
 	answer func(w http.ResponseWriter, r *http.Request) bool
+	// maxQueueBytes is the queue's size limit (queue.Config), 0 none.
+	maxQueueBytes int64
+	// pull turns the daemon's pull on (bootstrap does too); else it is
+	// off.
+	pull bool
 }
 
 func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
@@ -86,8 +91,9 @@ func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
 		t.Fatal(err)
 	}
 	store, err := queue.Open(filepath.Join(t.TempDir(), "syncd.db"), queue.Config{
-		NoSync: true,
-		Logger: logger,
+		NoSync:        true,
+		Logger:        logger,
+		MaxQueueBytes: o.maxQueueBytes,
 		OnCommit: func(events []queue.Event) {
 			bus.Publish(events)
 			totals.Observe(events)
@@ -154,7 +160,7 @@ func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
 	// Pull off: the conflicts below are made by another device's write
 	// that this one must not have pulled before its own goes out.
 	pull := daemon.PullOff
-	if o.bootstrap > 0 {
+	if o.pull || o.bootstrap > 0 {
 		pull = daemon.PullOn
 	}
 	d, err := daemon.New(daemon.Config{Store: store, Logger: logger, Transport: tc, Pull: pull})
@@ -1486,5 +1492,78 @@ func TestUIPausedStates(t *testing.T) {
 	}
 	if got := p.text("#remote-fix"); !strings.Contains(got, "remote URL") {
 		t.Errorf("how to fix it: %q", got)
+	}
+}
+
+// The header says the queue is full while it is (Error: queue full,
+// before Offline): the daemon not sending, as when its remote is out of
+// reach, an app writes until the queue's size limit refuses its writes
+// (507 storage_full). Once the daemon sends, the queue drains, the
+// header says so and writes go in again.
+func TestUIQueueFull(t *testing.T) {
+	const limit = 4 << 10 // a few small creates: each counts its payload and about 700 bytes
+	s := startUIStack(t, uiStackOptions{noSend: true, maxQueueBytes: limit})
+	p := openBrowser(t)
+	p.signIn(s, "")
+	p.wait("offline", `document.getElementById("sync-state").textContent === "Offline"`)
+
+	for i := 0; ; i++ {
+		st, out := s.call(t, "POST", "/v1/entities/note", fmt.Sprintf(`{"id":"n%d","data":{"title":"queued %d"}}`, i, i))
+		if st == http.StatusInsufficientStorage {
+			if e, _ := out["error"].(map[string]any); e["code"] != "storage_full" {
+				t.Fatalf("the refused write: %v", out)
+			}
+			break
+		}
+		if st >= 300 || i >= 100 {
+			t.Fatalf("write %d: %d %v (the queue's limit is %d bytes)", i, st, out, limit)
+		}
+	}
+	p.wait("queue full", `document.getElementById("sync-state").textContent === "Error: queue full"`)
+	if got := p.text("#sync-detail"); !strings.Contains(got, "size limit") {
+		t.Errorf("the detail says %q", got)
+	}
+	if got := p.text("#storage"); !strings.HasSuffix(got, " of 4.0 KiB.") {
+		t.Errorf("the storage line says %q, want the queued bytes of 4.0 KiB", got)
+	}
+
+	if err := s.daemon.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.daemon.Stop(context.Background()) })
+	p.wait("in sync", `document.getElementById("sync-state").textContent === "Online: in sync"`)
+	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"after","data":{"title":"room again"}}`)
+}
+
+// The header says pulling fails (Error: pull failing) while the
+// server's changes feed answers 500 and sending works, and the pull's
+// section says the last error.
+func TestUIPullFailing(t *testing.T) {
+	s := startUIStack(t, uiStackOptions{pull: true, answer: func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method != "GET" || r.URL.Path != "/v1/changes" {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, `{"error":{"code":"internal","message":"the feed's database is down"}}`)
+		return true
+	}})
+	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"sent","data":{"title":"sent while the pull fails"}}`)
+	s.waitSyncState(t, "note", "sent", "synced")
+	s.waitAPI(t, "/v1/status", "the pull failing", func(_ int, st map[string]any) bool {
+		pull, _ := st["pull"].(map[string]any)
+		return pull["state"] == "error"
+	})
+	p := openBrowser(t)
+	p.signIn(s, "")
+	p.wait("pull failing", `document.getElementById("sync-state").textContent === "Error: pull failing"`)
+	if got := p.text("#sync-detail"); !strings.Contains(got, "Reading the server's changes fails") {
+		t.Errorf("the detail says %q", got)
+	}
+	if got := p.text("#pull-state"); got != "Error, retrying (pull on)" {
+		t.Errorf("the pull's state: %q", got)
+	}
+	if got := p.text("#pull-error"); !strings.HasPrefix(got, "Last error: ") || !strings.Contains(got, "500") {
+		t.Errorf("the pull's last error: %q", got)
 	}
 }

@@ -13,9 +13,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +53,9 @@ type uiStack struct {
 	store   *queue.Store
 	daemon  *daemon.Daemon
 	history *daemon.History
+	// streams is the event bus as the local API sees it: the test can
+	// drop the page's stream and refuse new ones.
+	streams *streamGate
 	// url is the local API's http://host:port; remoteURL the remote's.
 	url       string
 	remoteURL string
@@ -67,6 +73,11 @@ type uiStackOptions struct {
 	// answer, when set, sees every request to the remote first; true
 	// means it answered it (the server does not see it).
 	answer func(w http.ResponseWriter, r *http.Request) bool
+	// maxQueueBytes is the queue's size limit (queue.Config), 0 none.
+	maxQueueBytes int64
+	// pull turns the daemon's pull on (bootstrap does too); else it is
+	// off.
+	pull bool
 }
 
 func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
@@ -80,8 +91,9 @@ func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
 		t.Fatal(err)
 	}
 	store, err := queue.Open(filepath.Join(t.TempDir(), "syncd.db"), queue.Config{
-		NoSync: true,
-		Logger: logger,
+		NoSync:        true,
+		Logger:        logger,
+		MaxQueueBytes: o.maxQueueBytes,
 		OnCommit: func(events []queue.Event) {
 			bus.Publish(events)
 			totals.Observe(events)
@@ -148,7 +160,7 @@ func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
 	// Pull off: the conflicts below are made by another device's write
 	// that this one must not have pulled before its own goes out.
 	pull := daemon.PullOff
-	if o.bootstrap > 0 {
+	if o.pull || o.bootstrap > 0 {
 		pull = daemon.PullOn
 	}
 	d, err := daemon.New(daemon.Config{Store: store, Logger: logger, Transport: tc, Pull: pull})
@@ -168,7 +180,8 @@ func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
 		t.Fatal(err)
 	}
 
-	srv, err := localapi.New(localapi.Config{Daemon: d, Token: localapitest.Token, Bus: bus, History: history, Logger: logger})
+	streams := &streamGate{Bus: bus}
+	srv, err := localapi.New(localapi.Config{Daemon: d, Token: localapitest.Token, Bus: streams, History: history, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +198,52 @@ func startUIStack(t *testing.T, o uiStackOptions) *uiStack {
 			t.Errorf("localapi Run: %v", err)
 		}
 	})
-	return &uiStack{store: store, daemon: d, history: history, url: "http://" + ln.Addr().String(), remoteURL: hs.URL}
+	return &uiStack{store: store, daemon: d, history: history, streams: streams, url: "http://" + ln.Addr().String(), remoteURL: hs.URL}
+}
+
+// streamGate is the event bus behind the local API's event stream, with
+// a switch for the test: drop ends every stream (its subscription ends,
+// and the daemon closes the connection without a close frame, as when
+// the stream breaks), and with refuse the daemon refuses new ones as
+// when its bus is full (503 too_many_subscribers), until accept.
+type streamGate struct {
+	*daemon.Bus
+
+	mu     sync.Mutex
+	refuse bool
+	subs   []*daemon.Subscription
+}
+
+func (g *streamGate) Subscribe(since uint64, f daemon.Filter) (*daemon.Subscription, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.refuse {
+		return nil, fmt.Errorf("%w (the test refuses streams)", daemon.ErrTooManySubscribers)
+	}
+	sub, err := g.Bus.Subscribe(since, f)
+	if err == nil {
+		g.subs = append(g.subs, sub)
+	}
+	return sub, err
+}
+
+// drop ends every stream; with refuse, new ones are refused until
+// drop(false) or accept.
+func (g *streamGate) drop(refuse bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refuse = refuse
+	for _, sub := range g.subs {
+		sub.Close() // safe on one the stream's handler closed already
+	}
+	g.subs = nil
+}
+
+// accept lets new streams open again, leaving the open ones be.
+func (g *streamGate) accept() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refuse = false
 }
 
 // call sends one request to the local API with the admin token, as curl
@@ -402,6 +460,99 @@ func (c *cutProxy) setDown(down bool) {
 		}
 		clear(c.conns)
 	}
+}
+
+// readLog is the page's way to the daemon in TestUIReconnectReadRate: a
+// reverse proxy that notes each request as it passes it on, so the test
+// counts what the page asks of the daemon on the daemon's side, the
+// event stream's handshakes included (the browser's resource timing
+// leaves those out).
+type readLog struct {
+	srv *httptest.Server
+
+	mu    sync.Mutex
+	reads []pageRead
+	more  chan struct{} // closed at the next request
+}
+
+// pageRead is one request of the page.
+type pageRead struct {
+	at     time.Time
+	method string
+	uri    string // path and query
+	stream bool   // the event stream's handshake
+}
+
+func startReadLog(t *testing.T, target string) *readLog {
+	t.Helper()
+	to, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(to)
+			r.Out.Host = r.In.Host // the page's Origin is the proxy's: the guard compares it with Host
+		},
+		Transport:    tr,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusBadGateway) },
+	}
+	l := &readLog{more: make(chan struct{})}
+	l.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.mu.Lock()
+		l.reads = append(l.reads, pageRead{at: time.Now(), method: r.Method, uri: r.URL.RequestURI(), stream: r.Header.Get("Upgrade") != ""})
+		close(l.more)
+		l.more = make(chan struct{})
+		l.mu.Unlock()
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		l.srv.Close()
+		tr.CloseIdleConnections()
+	})
+	return l
+}
+
+func (l *readLog) addr() string { return strings.TrimPrefix(l.srv.URL, "http://") }
+
+// snapshot is the requests so far, the oldest first.
+func (l *readLog) snapshot() []pageRead {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.reads)
+}
+
+// waitFor waits until ok holds for the requests so far (it is asked
+// again at each request), for at most a minute.
+func (l *readLog) waitFor(t *testing.T, what string, ok func([]pageRead) bool) {
+	t.Helper()
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for {
+		l.mu.Lock()
+		done, more := ok(l.reads), l.more
+		l.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-more:
+		case <-deadline.C:
+			t.Fatalf("waiting for %s: the page's requests: %v", what, l.snapshot())
+		}
+	}
+}
+
+// handshakes counts the event stream's handshakes among reads.
+func handshakes(reads []pageRead) int {
+	n := 0
+	for _, r := range reads {
+		if r.stream {
+			n++
+		}
+	}
+	return n
 }
 
 // conflict makes entity note/id conflict field by field on the fields
@@ -1208,6 +1359,90 @@ func TestUIReadRate(t *testing.T) {
 	t.Logf("%d reads of %d URLs during %d writes", len(reads), len(byURL), writes)
 }
 
+// The page's reads keep their second through outages of its event
+// stream (issue 32: "the page must not poll faster than once a
+// second"): the daemon refuses the stream from the first view on (as
+// when its bus is full), then drops it twice, once refusing the
+// reconnects for a while, once not, with writes (one refused by the
+// server) made meanwhile that the reconnect replays. Every request the
+// page makes is counted as the daemon gets it, through a proxy: two
+// reads of the same URL of the API (or of /ui/session) must come at
+// least a second apart (less a little for the timers' and the
+// network's delays), and so must two handshakes of the stream,
+// whatever their since.
+func TestUIReconnectReadRate(t *testing.T) {
+	s := startUIStack(t, uiStackOptions{})
+	front := startReadLog(t, s.url)
+	s.streams.drop(true)
+	p := openBrowser(t)
+	p.signIn(s, front.addr())
+	front.waitFor(t, "two refused handshakes", func(rs []pageRead) bool { return handshakes(rs) >= 2 })
+	if got := evalOn[string](p, `document.getElementById("live").dataset.live`); got == "on" {
+		t.Errorf("the page says it is live while its stream is refused")
+	}
+	s.streams.accept()
+	p.wait("the stream", `document.getElementById("live").dataset.live === "on"`)
+
+	for i, refuse := range []bool{true, false} {
+		n := handshakes(front.snapshot())
+		s.streams.drop(refuse)
+		s.mustCall(t, "POST", "/v1/entities/note", fmt.Sprintf(`{"id":"away-%d","data":{"title":"written while the stream was down"}}`, i))
+		s.mustCall(t, "POST", "/v1/entities/note", fmt.Sprintf(`{"id":"refused-%d","data":{"title":"refused","invalid":true}}`, i))
+		if refuse {
+			front.waitFor(t, "two refused handshakes", func(rs []pageRead) bool { return handshakes(rs) >= n+2 })
+			s.streams.accept()
+		} else {
+			front.waitFor(t, "a handshake", func(rs []pageRead) bool { return handshakes(rs) > n })
+		}
+		p.wait("the stream back", `document.getElementById("live").dataset.live === "on"`)
+	}
+	s.waitSyncState(t, "note", "away-1", "synced")
+	s.waitSyncState(t, "note", "refused-1", "failed")
+	seq := s.mustCall(t, "GET", "/v1/status", "")["lastEventSeq"].(float64)
+	p.wait("the reads the last events asked for", fmt.Sprintf(`Number(document.documentElement.dataset.seq) >= %d && document.documentElement.dataset.reloads === "idle"`, int64(seq)))
+	p.wait("the failed list", `document.querySelectorAll("#failed-list [data-key]").length === 2`)
+
+	reads := front.snapshot()
+	byKey := map[string][]time.Time{}
+	var keys []string
+	for _, r := range reads {
+		k := r.method + " " + r.uri
+		switch {
+		case r.stream:
+			k = "the stream's handshake"
+		case !strings.HasPrefix(r.uri, "/ui/api/") && r.uri != "/ui/session":
+			continue // the page's files, which the browser loads (the icon twice, on its own)
+		}
+		if byKey[k] == nil {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], r.at)
+	}
+	const minGap = 900 * time.Millisecond // a second, less the timers' and the network's delays
+	begin := reads[0].at
+	for _, k := range keys {
+		at := byKey[k]
+		for i := 1; i < len(at); i++ {
+			if gap := at[i].Sub(at[i-1]); gap < minGap {
+				var ms []string
+				for _, a := range at {
+					ms = append(ms, fmt.Sprint(a.Sub(begin).Milliseconds()))
+				}
+				t.Errorf("%s twice %v apart (at %s ms)", k, gap.Round(time.Millisecond), strings.Join(ms, ", "))
+				break
+			}
+		}
+	}
+	if n := len(byKey["GET /ui/api/v1/status"]); n < 3 {
+		t.Errorf("the status was read %d times: the test saw no reconnect read", n)
+	}
+	var counts []string
+	for _, k := range keys {
+		counts = append(counts, fmt.Sprintf("%s ×%d", k, len(byKey[k])))
+	}
+	t.Logf("the page's reads of the API over %v: %s", reads[len(reads)-1].at.Sub(begin).Round(time.Millisecond), strings.Join(counts, "; "))
+}
+
 // The header says why sending is paused, live, as the daemon finds it:
 // the server refuses the account's token (Paused: sign-in needed, until
 // an app signs in again), then answers every create 404 (Paused: remote
@@ -1257,5 +1492,78 @@ func TestUIPausedStates(t *testing.T) {
 	}
 	if got := p.text("#remote-fix"); !strings.Contains(got, "remote URL") {
 		t.Errorf("how to fix it: %q", got)
+	}
+}
+
+// The header says the queue is full while it is (Error: queue full,
+// before Offline): the daemon not sending, as when its remote is out of
+// reach, an app writes until the queue's size limit refuses its writes
+// (507 storage_full). Once the daemon sends, the queue drains, the
+// header says so and writes go in again.
+func TestUIQueueFull(t *testing.T) {
+	const limit = 4 << 10 // a few small creates: each counts its payload and about 700 bytes
+	s := startUIStack(t, uiStackOptions{noSend: true, maxQueueBytes: limit})
+	p := openBrowser(t)
+	p.signIn(s, "")
+	p.wait("offline", `document.getElementById("sync-state").textContent === "Offline"`)
+
+	for i := 0; ; i++ {
+		st, out := s.call(t, "POST", "/v1/entities/note", fmt.Sprintf(`{"id":"n%d","data":{"title":"queued %d"}}`, i, i))
+		if st == http.StatusInsufficientStorage {
+			if e, _ := out["error"].(map[string]any); e["code"] != "storage_full" {
+				t.Fatalf("the refused write: %v", out)
+			}
+			break
+		}
+		if st >= 300 || i >= 100 {
+			t.Fatalf("write %d: %d %v (the queue's limit is %d bytes)", i, st, out, limit)
+		}
+	}
+	p.wait("queue full", `document.getElementById("sync-state").textContent === "Error: queue full"`)
+	if got := p.text("#sync-detail"); !strings.Contains(got, "size limit") {
+		t.Errorf("the detail says %q", got)
+	}
+	if got := p.text("#storage"); !strings.HasSuffix(got, " of 4.0 KiB.") {
+		t.Errorf("the storage line says %q, want the queued bytes of 4.0 KiB", got)
+	}
+
+	if err := s.daemon.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.daemon.Stop(context.Background()) })
+	p.wait("in sync", `document.getElementById("sync-state").textContent === "Online: in sync"`)
+	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"after","data":{"title":"room again"}}`)
+}
+
+// The header says pulling fails (Error: pull failing) while the
+// server's changes feed answers 500 and sending works, and the pull's
+// section says the last error.
+func TestUIPullFailing(t *testing.T) {
+	s := startUIStack(t, uiStackOptions{pull: true, answer: func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method != "GET" || r.URL.Path != "/v1/changes" {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, `{"error":{"code":"internal","message":"the feed's database is down"}}`)
+		return true
+	}})
+	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"sent","data":{"title":"sent while the pull fails"}}`)
+	s.waitSyncState(t, "note", "sent", "synced")
+	s.waitAPI(t, "/v1/status", "the pull failing", func(_ int, st map[string]any) bool {
+		pull, _ := st["pull"].(map[string]any)
+		return pull["state"] == "error"
+	})
+	p := openBrowser(t)
+	p.signIn(s, "")
+	p.wait("pull failing", `document.getElementById("sync-state").textContent === "Error: pull failing"`)
+	if got := p.text("#sync-detail"); !strings.Contains(got, "Reading the server's changes fails") {
+		t.Errorf("the detail says %q", got)
+	}
+	if got := p.text("#pull-state"); got != "Error, retrying (pull on)" {
+		t.Errorf("the pull's state: %q", got)
+	}
+	if got := p.text("#pull-error"); !strings.HasPrefix(got, "Last error: ") || !strings.Contains(got, "500") {
+		t.Errorf("the pull's last error: %q", got)
 	}
 }

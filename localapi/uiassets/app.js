@@ -20,7 +20,7 @@
   const FEED_BACKLOG = 20; // events from before the page opened shown in the feed
   const HISTORY_EVERY = 10_000; // ms between reads of the chart's samples
   const STATUS_EVERY = 10_000; // ms between reads of the status without an event
-  const MIN_RELOAD_GAP = 1_000; // no list or status is read more than once a second
+  const MIN_RELOAD_GAP = 1_000; // no list, status or stream is asked for more than once a second
 
   let csrf = "";
   let eventsURL = "/ui/api/v1/events";
@@ -33,6 +33,7 @@
   let ws = null;
   let backoff = 0;
   let reconnectTimer = 0;
+  let handshakeAt = 0; // when the stream was last asked for (ms)
   const timers = [];
 
   // What the lists show, to decide which events concern them.
@@ -980,11 +981,10 @@
     // only: what was read already reflects them).
     url.searchParams.set("since", String(feedSeq ? lastSeq : Math.max(0, lastSeq - FEED_BACKLOG)));
     setLive("connecting", backoff ? "Reconnecting…" : "Connecting…");
-    let opened = false;
+    handshakeAt = Date.now();
     const sock = new WebSocket(url.href);
     ws = sock;
     sock.onopen = () => {
-      opened = true;
       backoff = 0;
       setLive("on", "Live");
     };
@@ -996,25 +996,24 @@
       // (what it asked to read for it is already scheduled).
       document.documentElement.dataset.seq = String(feedSeq);
     };
-    sock.onclose = async (c) => {
+    sock.onclose = (c) => {
       if (ws !== sock) return;
       ws = null;
       if (!signedIn) return;
+      // 4401: the daemon ended the stream with the page's session.
+      if (c.code === 4401) { signedOut("Your session ended."); return; }
       setLive("off", "Disconnected, reconnecting…");
-      if (!opened || c.code === 4401 || c.code === 1008 && /session/.test(c.reason)) {
-        // Refused before it opened: the session may have ended.
-        try {
-          const res = await fetch("/ui/session", { credentials: "same-origin", cache: "no-store" });
-          if (res.status === 401) { signedOut("Your session ended."); return; }
-        } catch {
-          // the daemon is down: try again below
-        }
-      }
       backoff = Math.min(10_000, backoff ? backoff * 2 : 500);
-      const wait = backoff / 2 + Math.random() * backoff / 2;
+      // The handshake keeps the reads' gap too: a stream refused, or
+      // dropped as soon as it opened (which ends the backoff), is not
+      // asked for again sooner than MIN_RELOAD_GAP after the last time.
+      const wait = Math.max(backoff / 2 + Math.random() * backoff / 2, handshakeAt + MIN_RELOAD_GAP - Date.now());
       reconnectTimer = setTimeout(() => {
         // Whatever changed while the stream was down comes with since;
-        // the status is read again for what has no event (pull).
+        // the status is read again (throttled like every reload) for
+        // what has no event (pull). Its answer also tells whether the
+        // session ended meanwhile (401 signs the page out), which a
+        // handshake refused before it opened does not say.
         reloadStatus();
         connect();
       }, wait);

@@ -149,6 +149,16 @@ func (p *pullState) clearProgress(account string) {
 // pullStatus reports the pull for Status.
 func (d *Daemon) pullStatus(account string) PullStatus {
 	ps := PullStatus{Mode: d.pullMode}
+	// The stored state first, then the progress kept: the puller clears
+	// an account's progress before it begins a pass in the store, so a
+	// pass read here as begun never shows the share of the pass before.
+	var st queue.PullState
+	stored := false
+	if account != "" {
+		var err error
+		st, err = d.store.LoadPullState(account)
+		stored = err == nil
+	}
 	d.pull.mu.Lock()
 	ps.State, ps.LastError, ps.LastReadAt = d.pull.state, d.pull.lastErr, d.pull.lastRead
 	progress := d.pull.progress
@@ -159,14 +169,12 @@ func (d *Daemon) pullStatus(account string) PullStatus {
 			ps.State = PullStatePaused
 		}
 	}
-	if account != "" {
-		if st, err := d.store.LoadPullState(account); err == nil {
-			ps.LastPullAt, ps.Received = st.LastPullAt, st.Received
-			if st.FullPass {
-				ps.BootstrapReceived = st.Seen
-				if progress.account == account && progress.of > 0 {
-					ps.BootstrapProgress = float64(progress.at) / float64(progress.of)
-				}
+	if stored {
+		ps.LastPullAt, ps.Received = st.LastPullAt, st.Received
+		if st.FullPass {
+			ps.BootstrapReceived = st.Seen
+			if progress.account == account && progress.of > 0 {
+				ps.BootstrapProgress = float64(progress.at) / float64(progress.of)
 			}
 		}
 	}

@@ -1277,6 +1277,39 @@ func TestUISessionEndsUnderThePage(t *testing.T) {
 	}
 }
 
+// The page's session ends while its stream is down (the daemon refusing
+// it): no stream is open to carry the 4401, and a refused handshake says
+// nothing about the session in the browser. The reconnect's status read
+// gets 401 and signs the page out.
+func TestUISessionEndsWhileStreamDown(t *testing.T) {
+	s := startUIStack(t, uiStackOptions{noSend: true})
+	p := openBrowser(t)
+	p.signIn(s, "")
+	p.wait("the stream", `document.getElementById("live").dataset.live === "on"`)
+	s.streams.drop(true)
+	p.wait("the stream down", `document.getElementById("live").dataset.live !== "on"`)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for range localapi.MaxUISessions {
+		r, err := http.NewRequest("GET", s.link(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close = true
+		res, err := noRedirect.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("sign-in: %d", res.StatusCode)
+		}
+	}
+	p.wait("the signed-out view", `document.body.dataset.view === "signin" && document.getElementById("app").hidden`)
+	if got := p.text("#signin-detail"); got != "Your session ended." {
+		t.Errorf("the page says %q", got)
+	}
+}
+
 // A new device reading everything from the server: the page shows the
 // bootstrap with the records read so far and the share of the server's
 // feed (its pages' progress), and when the server was last heard from.

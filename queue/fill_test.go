@@ -120,3 +120,42 @@ func TestFillWhileSending(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFillRunsInReverse: entity types filled one after the other, each
+// sorting before the last (an account's types, or accounts, that come
+// in descending order), must not leave the entities' pages sparse. Each
+// type's creates append to the end of its run, but that run's last page
+// holds the next type's first keys: split full on each append, it stays
+// full and the page's last key moves to a page of its own, 3 entities a
+// page against bbolt's default 17. Want at least 12.
+func TestFillRunsInReverse(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "syncd.db"), Config{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	const types, perType = 120, 17
+	for ty := types - 1; ty >= 0; ty-- {
+		for range perType {
+			if _, err := s.Apply(ctx, Write{Op: OpCreate, AccountID: "acct", EntityType: fmt.Sprintf("type%03d", ty), Data: json.RawMessage(`{"title":"buy milk and bread","done":false,"tags":["home","errands"],"body":"xxxxxxxxxxxxxxxx"}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var st bolt.BucketStats
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		st = tx.Bucket(bucketEntities).Stats()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	perPage := float64(st.KeyN) / float64(st.LeafPageN)
+	t.Logf("%d entities in %d leaf pages: %.1f a page", st.KeyN, st.LeafPageN, perPage)
+	if perPage < 12 {
+		t.Errorf("%.1f entities a page; want at least 12", perPage)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -714,10 +714,8 @@ func (w *txw) b(name []byte) *bolt.Bucket {
 	switch {
 	case appendOrdered(name):
 		b.FillPercent = 1
-	case string(name) == string(bucketEntities):
-		w.trackFill(b, true)
-	case string(name) == string(bucketOpIDs):
-		w.trackFill(b, false)
+	case string(name) == string(bucketEntities), string(name) == string(bucketOpIDs):
+		w.trackFill(b)
 	}
 	return b
 }
@@ -738,7 +736,7 @@ func (w *txw) accountBucket(index []byte, account string, create bool) (*bolt.Bu
 		b.FillPercent = 1
 	}
 	if b != nil && string(index) == string(bucketReady) {
-		w.trackFill(b, false)
+		w.trackFill(b)
 	}
 	return b, nil
 }

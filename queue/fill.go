@@ -42,11 +42,12 @@ import (
 //
 // Splitting full for every transaction would leave a page that later
 // takes a key in its middle to split into a full page and a nearly
-// empty one on each such insert: after an outage that put every head of a full ready index
-// back a jittered time ahead, 18 keys a page against bbolt's default 85
-// (TestFillAfterRetries; a fill of 0.9 throughout took 1.9 times the
-// default's pages). Here a page filled full by appends that takes a
-// middle key later splits in halves, as any page does: 81 keys a page.
+// empty one on each such insert: after an outage that put every head
+// of a full ready index back a jittered time ahead, 18 keys a page
+// against bbolt's default 85 (TestFillAfterRetries; a fill of 0.9
+// throughout took 1.9 times the default's pages). Here a page filled
+// full by appends that takes a middle key later splits in halves, as
+// any page does: 81 keys a page.
 //
 // BenchmarkFootprint, a queue of 100,000 small creates whose ids syncd
 // made: 798 bytes a create in the queue's trees with these three split

@@ -1333,6 +1333,24 @@ func TestUIBootstrapProgress(t *testing.T) {
 	}
 }
 
+// TestUIClockStepsBack: the page's gaps run on the monotonic clock. A
+// laptop's wall clock set back an hour (after sleep, by NTP) left the
+// page's reloads scheduled an hour ahead: the failed list stopped
+// following the daemon. Here the page's Date.now is set back an hour
+// after a reload, and the next refused write must still show.
+func TestUIClockStepsBack(t *testing.T) {
+	s := startUIStack(t, uiStackOptions{})
+	p := openBrowser(t)
+	p.signIn(s, "")
+	p.wait("the stream", `document.getElementById("live").dataset.live === "on"`)
+	rows := `document.querySelectorAll("#failed-list [data-key]").length`
+	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"bad-0","data":{"title":"refused","invalid":true}}`)
+	p.wait("the first refused write", rows+` === 1 && document.documentElement.dataset.reloads === "idle"`)
+	p.do(chromedp.Evaluate[chromedp.Void](`(() => { const wall = Date.now.bind(Date); Date.now = () => wall() - 3600e3; })()`))
+	s.mustCall(t, "POST", "/v1/entities/note", `{"id":"bad-1","data":{"title":"refused too","invalid":true}}`)
+	p.wait("the second refused write", rows+` === 2`)
+}
+
 // The page reads no route faster than once a second, however many
 // events ask it to (issue 32: "the page must not poll faster than once
 // a second"): a burst of writes from outside the page, some of them

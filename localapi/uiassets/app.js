@@ -21,11 +21,15 @@
   const HISTORY_EVERY = 10_000; // ms between reads of the chart's samples
   const STATUS_EVERY = 10_000; // ms between reads of the status without an event
   const MIN_RELOAD_GAP = 1_000; // no list, status or stream is asked for more than once a second
+  // Gaps and ages measured here run on the monotonic clock: a wall clock
+  // stepped back (a laptop's time set after sleep) must not hold reads
+  // back for as long, nor a step forward let them through at once.
+  const mono = () => performance.now();
 
   let csrf = "";
   let eventsURL = "/ui/api/v1/events";
   let status = null; // the last GET /v1/status, with counts kept by queue.totals
-  let statusAt = 0; // when its counts were read (ms), for ages that tick
+  let statusAt = 0; // when its counts were read (mono(), ms), for ages that tick
   let countsSeq = 0; // the event seq its counts are as of
   let lastSeq = 0; // the last event handled
   let feedSeq = 0; // the newest event in the feed
@@ -33,7 +37,7 @@
   let ws = null;
   let backoff = 0;
   let reconnectTimer = 0;
-  let handshakeAt = 0; // when the stream was last asked for (ms)
+  let handshakeAt = -Infinity; // when the stream was last asked for (mono(), ms)
   const timers = [];
 
   // What the lists show, to decide which events concern them.
@@ -108,14 +112,14 @@
   // A reload that runs at most once per MIN_RELOAD_GAP, however many
   // events ask for it, and never twice at once.
   function throttled(fn) {
-    let running = false, again = false, last = 0, timer = 0;
+    let running = false, again = false, last = -Infinity, timer = 0;
     const key = {};
     const mark = () => markReloads(key, running || timer !== 0);
     const run = async () => {
       timer = 0;
       if (running) { again = true; mark(); return; }
       running = true;
-      last = Date.now();
+      last = mono();
       mark();
       try {
         await fn();
@@ -129,7 +133,7 @@
     };
     const schedule = () => {
       if (timer || !signedIn) return;
-      timer = setTimeout(run, Math.max(0, last + MIN_RELOAD_GAP - Date.now()));
+      timer = setTimeout(run, Math.max(0, last + MIN_RELOAD_GAP - mono()));
       mark();
     };
     schedule.now = () => {
@@ -140,7 +144,7 @@
     // after it waits out the gap), its error left to the caller.
     schedule.first = async (...args) => {
       running = true;
-      last = Date.now();
+      last = mono();
       mark();
       try {
         return await fn(...args);
@@ -218,7 +222,7 @@
   // redrawn meanwhile (an event came) keeps the new button armed.
   const armedUntil = new Map();
   function twoStep(button, key, armedText, what, act) {
-    const isArmed = () => (armedUntil.get(key) || 0) > Date.now();
+    const isArmed = () => (armedUntil.get(key) || 0) > mono();
     const render = () => {
       const on = isArmed();
       if (!on) armedUntil.delete(key);
@@ -227,12 +231,12 @@
       label(button, on ? armedText : button.dataset.idle, button.dataset.context);
     };
     const arm = (ms) => {
-      armedUntil.set(key, Date.now() + ms);
+      armedUntil.set(key, mono() + ms);
       render();
       setTimeout(render, ms + 20);
     };
     render();
-    if (isArmed()) setTimeout(render, armedUntil.get(key) - Date.now() + 20);
+    if (isArmed()) setTimeout(render, armedUntil.get(key) - mono() + 20);
     button.addEventListener("click", async () => {
       if (!isArmed()) {
         arm(6000);
@@ -364,7 +368,7 @@
       for (const k of ["counts", "oldestPendingAgeSeconds", "accountCounts", "accountOldestPendingAgeSeconds"]) s[k] = status[k];
     } else {
       countsSeq = s.lastEventSeq || 0;
-      statusAt = Date.now();
+      statusAt = mono();
     }
     status = s;
     if (lastSeq === 0) lastSeq = s.lastEventSeq || 0;
@@ -429,7 +433,7 @@
     for (const k of STATES) text($("count-" + k), num(c[k] || 0));
     $("counts").dataset.failed = (c.permanent_failed || 0) > 0 ? "true" : "false";
     const oldest = s.signedIn && s.accountCounts ? s.accountOldestPendingAgeSeconds : s.oldestPendingAgeSeconds;
-    const elapsed = (Date.now() - statusAt) / 1000;
+    const elapsed = (mono() - statusAt) / 1000;
     text($("oldest"), oldest ? duration(oldest + elapsed) : "nothing");
     const other = $("other-accounts");
     if (s.signedIn && s.accountCounts) {
@@ -981,7 +985,7 @@
     // only: what was read already reflects them).
     url.searchParams.set("since", String(feedSeq ? lastSeq : Math.max(0, lastSeq - FEED_BACKLOG)));
     setLive("connecting", backoff ? "Reconnecting…" : "Connecting…");
-    handshakeAt = Date.now();
+    handshakeAt = mono();
     const sock = new WebSocket(url.href);
     ws = sock;
     sock.onopen = () => {
@@ -1007,7 +1011,7 @@
       // The handshake keeps the reads' gap too: a stream refused, or
       // dropped as soon as it opened (which ends the backoff), is not
       // asked for again sooner than MIN_RELOAD_GAP after the last time.
-      const wait = Math.max(backoff / 2 + Math.random() * backoff / 2, handshakeAt + MIN_RELOAD_GAP - Date.now());
+      const wait = Math.max(backoff / 2 + Math.random() * backoff / 2, handshakeAt + MIN_RELOAD_GAP - mono());
       reconnectTimer = setTimeout(() => {
         // Whatever changed while the stream was down comes with since;
         // the status is read again (throttled like every reload) for
@@ -1048,7 +1052,7 @@
           status.oldestPendingAgeSeconds = e.data.oldestPendingAgeSeconds || 0;
           if (e.data.accountCounts) status.accountCounts = e.data.accountCounts;
           status.accountOldestPendingAgeSeconds = e.data.accountOldestPendingAgeSeconds || 0;
-          statusAt = Date.now();
+          statusAt = mono();
           renderStatus();
         }
         break;

@@ -248,10 +248,14 @@ func (d *Daemon) runPuller(soft context.Context) {
 				continue
 			}
 		}
+		// A read that retries after failures leaves the state error (and
+		// its last error) until it answers.
 		if st.FullPass || (st.Cursor == "" && !st.Bootstrapped) {
-			d.setPullState(PullStateBootstrapping, "")
+			if failures == 0 {
+				d.setPullState(PullStateBootstrapping, "")
+			}
 			wait = 0
-		} else if wait == 0 {
+		} else if wait == 0 && failures == 0 {
 			d.setPullState(PullStatePulling, "")
 		}
 

@@ -141,3 +141,38 @@ func TestPullProgressOtherAccountsPassKeepsMine(t *testing.T) {
 		t.Fatalf("alice's pass is a third through (cursor %q) but shows %v", ps.Cursor, st.Pull.BootstrapProgress)
 	}
 }
+
+// A read that retries after failures keeps the pull's state error (and
+// its last error) until it answers: it used to say bootstrapping (or
+// pulling) from the moment it was sent, so a status read during a slow
+// retry, however long, showed nothing wrong.
+func TestPullStateStaysErrorWhileRetrying(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	calls := 0
+	held, release := make(chan struct{}), make(chan struct{})
+	d, _, _ := startPuller(t, PullOn, func(_, _ string) (int, string) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		switch {
+		case n <= 2:
+			return 503, `{"error":{"code":"unavailable","message":"later"}}`
+		case n == 3:
+			close(held)
+			<-release
+		}
+		return 200, `{"changes":[],"cursor":"1","hasMore":false}`
+	})
+	<-held // the third read, after two failures, is in flight
+	st, err := d.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pull.State != PullStateError || !strings.Contains(st.Pull.LastError, "503") {
+		t.Errorf("while a retry is in flight the pull says %q (%q); want error with the last one", st.Pull.State, st.Pull.LastError)
+	}
+	close(release)
+	waitPull(t, d, "the pull to catch up", func(p PullStatus) bool { return p.State == PullStateIdle && p.LastError == "" })
+}

@@ -248,15 +248,16 @@ func (d *Daemon) runPuller(soft context.Context) {
 				continue
 			}
 		}
-		// A read that retries after failures leaves the state error (and
-		// its last error) until it answers.
+		// A read that retries a failed one leaves the state error (and
+		// its last error) until it answers; after a pause (signed out, the
+		// feed off) the state says what this read does.
+		retrying := failures > 0 && d.pullFailing()
+		reading := PullStatePulling
 		if st.FullPass || (st.Cursor == "" && !st.Bootstrapped) {
-			if failures == 0 {
-				d.setPullState(PullStateBootstrapping, "")
-			}
-			wait = 0
-		} else if wait == 0 && failures == 0 {
-			d.setPullState(PullStatePulling, "")
+			reading, wait = PullStateBootstrapping, 0
+		}
+		if !retrying && (reading == PullStateBootstrapping || wait == 0) {
+			d.setPullState(reading, "")
 		}
 
 		// A kick from before this read is answered by it; one that comes
@@ -283,6 +284,9 @@ func (d *Daemon) runPuller(soft context.Context) {
 			d.pull.mu.Lock()
 			d.pull.lastRead = d.now()
 			d.pull.mu.Unlock()
+			if retrying {
+				d.setPullState(reading, "") // it answered: no longer failing
+			}
 		}
 		switch {
 		case soft.Err() != nil:

@@ -145,34 +145,48 @@ func TestPullProgressOtherAccountsPassKeepsMine(t *testing.T) {
 // A read that retries after failures keeps the pull's state error (and
 // its last error) until it answers: it used to say bootstrapping (or
 // pulling) from the moment it was sent, so a status read during a slow
-// retry, however long, showed nothing wrong.
+// retry, however long, showed nothing wrong. Once one answers, the next
+// page's read says bootstrapping again.
 func TestPullStateStaysErrorWhileRetrying(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	calls := 0
-	held, release := make(chan struct{}), make(chan struct{})
+	held := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	release := []chan struct{}{make(chan struct{}), make(chan struct{})}
 	d, _, _ := startPuller(t, PullOn, func(_, _ string) (int, string) {
 		mu.Lock()
 		calls++
 		n := calls
 		mu.Unlock()
-		switch {
-		case n <= 2:
+		switch n {
+		case 1, 2:
 			return 503, `{"error":{"code":"unavailable","message":"later"}}`
-		case n == 3:
-			close(held)
-			<-release
+		case 3:
+			close(held[0])
+			<-release[0]
+			return 200, `{"changes":[{"type":"note","id":"s1","clientId":"n1","version":1,"data":{"v":1},"updatedAt":"2026-12-04T00:00:00Z"}],"cursor":"1","hasMore":true}`
+		case 4:
+			close(held[1])
+			<-release[1]
 		}
 		return 200, `{"changes":[],"cursor":"1","hasMore":false}`
 	})
-	<-held // the third read, after two failures, is in flight
-	st, err := d.Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	state := func() PullStatus {
+		st, err := d.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Pull
 	}
-	if st.Pull.State != PullStateError || !strings.Contains(st.Pull.LastError, "503") {
-		t.Errorf("while a retry is in flight the pull says %q (%q); want error with the last one", st.Pull.State, st.Pull.LastError)
+	<-held[0] // the third read, after two failures, is in flight
+	if p := state(); p.State != PullStateError || !strings.Contains(p.LastError, "503") {
+		t.Errorf("while a retry is in flight the pull says %q (%q); want error with the last one", p.State, p.LastError)
 	}
-	close(release)
+	close(release[0])
+	<-held[1] // it answered a page; the next one's read is in flight
+	if p := state(); p.State != PullStateBootstrapping || p.LastError != "" {
+		t.Errorf("reading the second page after the retry answered, the pull says %q (%q); want bootstrapping", p.State, p.LastError)
+	}
+	close(release[1])
 	waitPull(t, d, "the pull to catch up", func(p PullStatus) bool { return p.State == PullStateIdle && p.LastError == "" })
 }

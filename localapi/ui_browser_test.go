@@ -1252,6 +1252,20 @@ func TestUISessionEndsUnderThePage(t *testing.T) {
 	s.mustCall(t, "DELETE", "/v1/session", "")
 	p.wait("the paused state", `document.getElementById("sync-state").textContent === "Paused: signed out" && document.getElementById("account").textContent === "No account signed in"`)
 
+	s.pushOutSessions(t)
+	p.wait("the signed-out view", `document.body.dataset.view === "signin" && document.getElementById("app").hidden && !document.getElementById("signin").hidden`)
+	if got := p.text("#signin-detail"); got != "Your session ended." {
+		t.Errorf("the page says %q", got)
+	}
+	if txt := p.bodyText(); strings.Contains(txt, "queued") || !strings.Contains(txt, "syncd ui") {
+		t.Errorf("after the session ended the page reads %q", txt)
+	}
+}
+
+// pushOutSessions signs in as many times as the daemon keeps sessions,
+// outside the browser, so the page's session (the oldest) is pushed out.
+func (s *uiStack) pushOutSessions(t *testing.T) {
+	t.Helper()
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for range localapi.MaxUISessions {
 		r, err := http.NewRequest("GET", s.link(t), nil)
@@ -1267,13 +1281,6 @@ func TestUISessionEndsUnderThePage(t *testing.T) {
 		if res.StatusCode != http.StatusSeeOther {
 			t.Fatalf("sign-in: %d", res.StatusCode)
 		}
-	}
-	p.wait("the signed-out view", `document.body.dataset.view === "signin" && document.getElementById("app").hidden && !document.getElementById("signin").hidden`)
-	if got := p.text("#signin-detail"); got != "Your session ended." {
-		t.Errorf("the page says %q", got)
-	}
-	if txt := p.bodyText(); strings.Contains(txt, "queued") || !strings.Contains(txt, "syncd ui") {
-		t.Errorf("after the session ended the page reads %q", txt)
 	}
 }
 
@@ -1288,22 +1295,7 @@ func TestUISessionEndsWhileStreamDown(t *testing.T) {
 	p.wait("the stream", `document.getElementById("live").dataset.live === "on"`)
 	s.streams.drop(true)
 	p.wait("the stream down", `document.getElementById("live").dataset.live !== "on"`)
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for range localapi.MaxUISessions {
-		r, err := http.NewRequest("GET", s.link(t), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Close = true
-		res, err := noRedirect.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode != http.StatusSeeOther {
-			t.Fatalf("sign-in: %d", res.StatusCode)
-		}
-	}
+	s.pushOutSessions(t)
 	p.wait("the signed-out view", `document.body.dataset.view === "signin" && document.getElementById("app").hidden`)
 	if got := p.text("#signin-detail"); got != "Your session ended." {
 		t.Errorf("the page says %q", got)

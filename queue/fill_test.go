@@ -38,14 +38,7 @@ func TestFillAfterRetries(t *testing.T) {
 		now = now.Add(time.Millisecond)
 	}
 	perPage := func() float64 {
-		var st bolt.BucketStats
-		if err := s.db.View(func(tx *bolt.Tx) error {
-			st = tx.Bucket(bucketReady).Bucket([]byte("acct")).Stats()
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return float64(st.KeyN) / float64(st.LeafPageN)
+		return keysPerPage(t, s, func(tx *bolt.Tx) *bolt.Bucket { return tx.Bucket(bucketReady).Bucket([]byte("acct")) }).perPage
 	}
 	const heads = 5000
 	for range heads {
@@ -104,15 +97,9 @@ func TestFillWhileSending(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var st bolt.BucketStats
-	if err := s.db.View(func(tx *bolt.Tx) error {
-		st = tx.Bucket(bucketEntities).Stats()
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	perPage := float64(st.KeyN) / float64(st.LeafPageN)
-	t.Logf("%d synced entities in %d leaf pages: %.1f a page", st.KeyN, st.LeafPageN, perPage)
+	st := keysPerPage(t, s, func(tx *bolt.Tx) *bolt.Bucket { return tx.Bucket(bucketEntities) })
+	perPage := st.perPage
+	t.Logf("%d synced entities in %d leaf pages: %.1f a page", st.keys, st.pages, perPage)
 	if perPage < 12 {
 		t.Errorf("%.1f synced entities a page; want at least 12", perPage)
 	}
@@ -143,19 +130,32 @@ func TestFillRunsInReverse(t *testing.T) {
 			}
 		}
 	}
-	var st bolt.BucketStats
-	if err := s.db.View(func(tx *bolt.Tx) error {
-		st = tx.Bucket(bucketEntities).Stats()
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	perPage := float64(st.KeyN) / float64(st.LeafPageN)
-	t.Logf("%d entities in %d leaf pages: %.1f a page", st.KeyN, st.LeafPageN, perPage)
+	st := keysPerPage(t, s, func(tx *bolt.Tx) *bolt.Bucket { return tx.Bucket(bucketEntities) })
+	perPage := st.perPage
+	t.Logf("%d entities in %d leaf pages: %.1f a page", st.keys, st.pages, perPage)
 	if perPage < 12 {
 		t.Errorf("%.1f entities a page; want at least 12", perPage)
 	}
 	if err := s.Check(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// leafUse is how a tree's keys sit in its leaf pages.
+type leafUse struct {
+	keys, pages int
+	perPage     float64
+}
+
+// keysPerPage reads the leaf pages of the tree tree finds.
+func keysPerPage(t *testing.T, s *Store, tree func(*bolt.Tx) *bolt.Bucket) leafUse {
+	t.Helper()
+	var st bolt.BucketStats
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		st = tree(tx).Stats()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return leafUse{keys: st.KeyN, pages: st.LeafPageN, perPage: float64(st.KeyN) / float64(st.LeafPageN)}
 }

@@ -163,17 +163,20 @@ describe("a live list against real daemons", () => {
       assert.deepEqual(first.items, []);
       await c.setSession("alice", "alice.1");
       await c.create("note", { title: "alice's" }, { id: "a1" });
-      // Synced: no event of a1 is to come, only the session's can change the list.
+      // Synced: only the session (or a late event of a1) changes the list now.
       await next(q, "alice's note synced", (r) => r.items.length === 1 && r.items[0]!.syncState === "synced");
       // Another account signs in on this device: its list, not alice's.
       await c.setSession("bob", "bob.1");
+      // The session's re-read empties it, or a late event of a1 read
+      // after the switch does first (a1 is not bob's: gone; CI saw it
+      // once), and the re-read then shows nothing new.
       const bob = await next(q, "bob's (empty) list", (r) => r.items.length === 0);
-      assert.equal(bob.reason, "resync");
+      assert.ok(bob.reason === "resync" || bob.reason === "change", bob.reason);
       await c.create("note", { title: "bob's" }, { id: "b1" });
       await next(q, "bob's note synced", (r) => r.items.length === 1 && r.items[0]!.id === "b1" && r.items[0]!.syncState === "synced");
       await c.logout();
       const out = await next(q, "signed out", (r) => r.items.length === 0);
-      assert.equal(out.reason, "resync");
+      assert.ok(out.reason === "resync" || out.reason === "change", out.reason);
       await c.setSession("alice", "alice.2");
       const back = await next(q, "alice's list again", (r) => r.items.length > 0);
       assert.deepEqual(back.items.map((e) => e.id), ["a1"]);

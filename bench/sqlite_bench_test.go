@@ -227,8 +227,9 @@ func sideBySide(b *testing.B, total, round int, sides ...side) (done int) {
 // else: per record, one row into each of five trees as SQLite's schema
 // has them (the entities table, appended by rowid, and its primary key
 // index, random; the operations table, appended, its id index, random,
-// and its ready index, appended), values of the records' sizes, in an
-// fsynced Update per transaction the other sides commit. No checks, no
+// and its ready index, appended; the appended ones split full), values
+// of the records' sizes, in an fsynced Update per transaction the other
+// sides commit. No checks, no
 // encoding, no HTTP: what syncd's import would cost on bbolt if syncd
 // cost nothing. It starts empty, as the other sides do.
 type boltFloor struct {
@@ -254,6 +255,9 @@ func (f *boltFloor) create(datas []string) error {
 			bk, err := tx.CreateBucketIfNotExists([]byte{'a' + byte(i)})
 			if err != nil {
 				return err
+			}
+			if i%2 == 0 { // appended: split full, as syncd's appended trees are
+				bk.FillPercent = 1
 			}
 			trees[i] = bk
 		}
